@@ -1,0 +1,88 @@
+"""Detector specs: ``name`` or ``name:param=value,...`` <-> a configured detector.
+
+``evalstop:k=3,min_delta=0.01,against=best`` builds ``KDeclines(k=3, min_delta=0.01,
+against="best")``. Values are read as int, then float, then bool (``true``/``false``), then
+str; the detector's constructor validates them. ``format_spec`` writes the parameters that
+differ from the defaults, so ``parse_spec(format_spec(d)) == d``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import cast
+
+from ._base import Detector
+from ._fixed_progress import FixedProgress
+from ._kdeclines import KDeclines
+from ._loss_plateau import LossPlateau
+from ._never import NeverStop
+from ._slaq import SlaqLoss
+
+DEFAULT_SPEC = "evalstop"
+
+REGISTRY: dict[str, type[Detector]] = {
+    cls.name: cls for cls in (KDeclines, NeverStop, FixedProgress, LossPlateau, SlaqLoss)
+}
+
+Value = int | float | bool | str
+
+
+def parameter_names(cls: type[Detector]) -> tuple[str, ...]:
+    """The constructor parameters of a registered detector class, in declaration order."""
+    return tuple(f.name for f in dataclasses.fields(cast(type, cls)) if f.init)
+
+
+def parse_value(text: str) -> Value:
+    for convert in (int, float):
+        try:
+            return cast(Value, convert(text))
+        except ValueError:
+            pass
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    return text
+
+
+def parse_spec(spec: str) -> Detector:
+    """Build the detector that ``spec`` names; raise ValueError naming what is wrong."""
+    name, _, params_text = spec.strip().partition(":")
+    name = name.strip()
+    cls = REGISTRY.get(name)
+    if cls is None:
+        valid = ", ".join(sorted(REGISTRY))
+        raise ValueError(f"Unknown detector {name!r} in spec {spec!r}. Valid detectors: {valid}.")
+    valid_params = parameter_names(cls)
+    params: dict[str, Value] = {}
+    for item in filter(None, (part.strip() for part in params_text.split(","))):
+        key, sep, raw = (s.strip() for s in item.partition("="))
+        if not sep or not key:
+            raise ValueError(f"Malformed parameter {item!r} in spec {spec!r}; expected name=value.")
+        if key not in valid_params:
+            raise ValueError(
+                f"Unknown parameter {key!r} for detector {name!r}. "
+                f"Valid parameters: {', '.join(valid_params)}."
+            )
+        if key in params:
+            raise ValueError(f"Parameter {key!r} given twice in spec {spec!r}.")
+        params[key] = parse_value(raw)
+    return cast(Callable[..., Detector], cls)(**params)
+
+
+def format_spec(detector: Detector) -> str:
+    """The spec that rebuilds ``detector``: its name plus every non-default parameter."""
+    if not dataclasses.is_dataclass(detector):
+        raise TypeError(f"format_spec needs a dataclass detector. Got {detector!r} instead.")
+    parts = []
+    for f in dataclasses.fields(detector):
+        value = getattr(detector, f.name)
+        if f.init and value != f.default:
+            parts.append(f"{f.name}={_format_value(value)}")
+    return detector.name + (":" + ",".join(parts) if parts else "")
+
+
+def _format_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value) if isinstance(value, float) else str(value)

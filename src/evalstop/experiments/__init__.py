@@ -1,0 +1,1 @@
+"""Experiment specs, sweeps, statistics and reports."""

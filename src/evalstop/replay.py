@@ -1,0 +1,178 @@
+"""``evalstop replay``: run recorded eval curves through a detector, one verdict per job.
+
+Input CSV columns: ``job_id,step,score`` and optionally ``progress`` and ``loss``. Rows of one
+job are in step order (jobs may interleave). An empty cell is a missing value: a missing score
+is read as NaN (the detector skips it), a missing progress or loss as None. ``nan``/``inf``
+are allowed wherever a number is. Output CSV: ``job_id,stopped,stop_step,best_step,best_score``,
+one row per job in order of first appearance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TextIO
+
+from .detectors import DEFAULT_SPEC, REGISTRY, Detector, Eval, parse_spec
+
+REQUIRED_COLUMNS = ("job_id", "step", "score")
+OUTPUT_COLUMNS = ("job_id", "stopped", "stop_step", "best_step", "best_score")
+PROGRESS_MIN_JOBS = 500
+
+Row = Mapping[str, str | None]
+
+
+class CurvesError(ValueError):
+    """The curves file is malformed; the message names the line and job."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("curves", metavar="CURVES.csv", help="eval curves: job_id,step,score[,progress,loss]")
+    parser.add_argument(
+        "--detector",
+        metavar="SPEC",
+        default=DEFAULT_SPEC,
+        help=f"detector spec 'name[:param=value,...]', name one of {', '.join(REGISTRY)} "
+        f"(default: {DEFAULT_SPEC})",
+    )
+    parser.add_argument("--out", metavar="PATH", default="-", help="output CSV (default: stdout)")
+    parser.set_defaults(run=run)
+
+
+def check_columns(columns: Iterable[str] | None) -> None:
+    present = set(columns or ())
+    missing = [c for c in REQUIRED_COLUMNS if c not in present]
+    if missing:
+        raise CurvesError(
+            f"curves file is missing required column(s) {', '.join(missing)}; "
+            f"columns found: {', '.join(sorted(present)) or 'none'}"
+        )
+
+
+def read_curves(rows: Iterable[Row]) -> dict[str, list[Eval]]:
+    """Group and validate rows into per-job eval histories (first-appearance order).
+
+    Errors name the line (the header is line 1) and the job.
+    """
+    jobs: dict[str, list[Eval]] = {}
+    for line, row in enumerate(rows, start=2):
+        if line == 2:
+            check_columns(row.keys())
+        job = (row.get("job_id") or "").strip()
+        if not job:
+            raise CurvesError(f"line {line}: empty job_id")
+        where = f"line {line}, job {job!r}"
+        score = _parse_number(row, "score", where)
+        ev = Eval(
+            step=_parse_step(row.get("step"), where),
+            score=math.nan if score is None else score,
+            progress=_parse_number(row, "progress", where),
+            loss=_parse_number(row, "loss", where),
+        )
+        history = jobs.setdefault(job, [])
+        if history and ev.step < history[-1].step:
+            raise CurvesError(f"{where}: step {ev.step} goes backwards (previous step {history[-1].step})")
+        history.append(ev)
+    return jobs
+
+
+def replay_rows(
+    rows: Iterable[Row],
+    detector: Detector,
+    on_job: Callable[[int, int], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Replay CSV-style rows through ``detector``; one result dict per job.
+
+    Each dict has the keys of ``OUTPUT_COLUMNS``: ``stopped`` is a bool, the others an int,
+    float or None. ``on_job(done, total)`` is called after each job (for progress display).
+    """
+    jobs = read_curves(rows)
+    results = []
+    for done, (job, evals) in enumerate(jobs.items(), start=1):
+        verdict = detector.evaluate(evals)
+        results.append(
+            {
+                "job_id": job,
+                "stopped": verdict.stopped,
+                "stop_step": verdict.stop_step,
+                "best_step": verdict.best_step,
+                "best_score": verdict.best_score,
+            }
+        )
+        if on_job is not None:
+            on_job(done, len(jobs))
+    return results
+
+
+def write_results(results: Iterable[Mapping[str, Any]], out: TextIO) -> None:
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(OUTPUT_COLUMNS)
+    for result in results:
+        writer.writerow([_format_cell(result[column]) for column in OUTPUT_COLUMNS])
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        detector = parse_spec(args.detector)
+    except ValueError as exc:
+        print(f"evalstop replay: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        with open(args.curves, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            check_columns(reader.fieldnames)
+            results = replay_rows(reader, detector, on_job=_progress_reporter(sys.stderr))
+    except (OSError, CurvesError) as exc:
+        print(f"evalstop replay: error: {args.curves}: {exc}", file=sys.stderr)
+        return 1
+    if args.out in (None, "-"):
+        write_results(results, sys.stdout)
+        return 0
+    try:
+        with open(args.out, "w", newline="", encoding="utf-8") as out:
+            write_results(results, out)
+    except OSError as exc:
+        print(f"evalstop replay: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _parse_step(text: str | None, where: str) -> int:
+    text = (text or "").strip()
+    try:
+        return int(text)
+    except ValueError:
+        raise CurvesError(f"{where}: step must be an integer, got {text!r}") from None
+
+
+def _parse_number(row: Row, column: str, where: str) -> float | None:
+    text = (row.get(column) or "").strip()
+    if not text:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise CurvesError(f"{where}: {column} must be a number, got {text!r}") from None
+
+
+def _format_cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def _progress_reporter(stream: TextIO) -> Callable[[int, int], None] | None:
+    if not stream.isatty():
+        return None
+
+    def report(done: int, total: int) -> None:
+        if total >= PROGRESS_MIN_JOBS and (done % 100 == 0 or done == total):
+            end = "\n" if done == total else ""
+            print(f"\rreplayed {done}/{total} jobs", end=end, file=stream, flush=True)
+
+    return report

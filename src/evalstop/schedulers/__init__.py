@@ -1,0 +1,25 @@
+"""Base scheduling policies and the EvalStop wrapper."""
+
+from ._base import Action, JobView, Scheduler
+from ._registry import SCHEDULERS, make_scheduler
+from .evalstop import EvalStop
+from .fairshare import FairShare
+from .fifo import FIFO
+from .gittins import Gittins, gittins_index
+from .las import LAS
+from .srtf import SRTFEst
+
+__all__ = [
+    "FIFO",
+    "LAS",
+    "SCHEDULERS",
+    "Action",
+    "EvalStop",
+    "FairShare",
+    "Gittins",
+    "JobView",
+    "SRTFEst",
+    "Scheduler",
+    "gittins_index",
+    "make_scheduler",
+]

@@ -1,0 +1,93 @@
+"""One signature for every scheduler.
+
+A scheduler sees :class:`JobView` objects: what a platform knows about a job (size, tenant,
+declared budget, service attained so far). The view has no label and no true duration, so no
+base policy can peek at ground truth: the type does not carry it.
+
+Hooks follow Ray Tune's vocabulary: ``on_job_add``, ``on_eval``, ``on_job_end``; ``order`` ranks
+the active jobs, highest priority first, and the simulator gives GPUs in that order. Two verbs
+act on a job: KILL (ends it, frees its GPUs, delivers its best checkpoint; only a stopping rule
+asks for it, by returning a STOP verdict from ``on_eval``) and PREEMPT (pauses it; the
+simulator does it when a preemptive policy ranks a running job out of the GPUs; it resumes
+later and pays the preemption overhead).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from enum import Enum
+
+from ..detectors import Eval, Verdict
+
+
+class Action(str, Enum):
+    CONTINUE = "continue"
+    PREEMPT = "preempt"
+    KILL = "kill"
+
+
+class JobView:
+    """A job as the platform sees it. The simulator updates ``attained_s`` and ``running``."""
+
+    __slots__ = ("arrival_s", "attained_s", "budget_s", "gpus", "job_id", "kind", "running", "tenant")
+
+    def __init__(
+        self, job_id: int, tenant: int, kind: str, gpus: int, arrival_s: float, budget_s: float
+    ) -> None:
+        self.job_id = job_id
+        self.tenant = tenant
+        self.kind = kind
+        self.gpus = gpus
+        self.arrival_s = arrival_s
+        self.budget_s = budget_s
+        self.attained_s = 0.0
+        self.running = False
+
+    @property
+    def attained_gpu_s(self) -> float:
+        return self.attained_s * self.gpus
+
+    def __repr__(self) -> str:
+        return f"JobView(job_id={self.job_id}, kind={self.kind!r}, gpus={self.gpus})"
+
+
+class Scheduler(ABC):
+    """Base policy contract. Subclasses hold configuration (and bookkeeping they derive from
+    the hooks); they never see labels."""
+
+    name: str = ""
+    #: If True, the simulator may preempt running jobs that ``order`` ranks out of the GPUs.
+    preemptive: bool = True
+
+    def on_job_add(self, job: JobView, now: float) -> None:  # noqa: B027 - optional hook
+        """A job arrived."""
+
+    def on_job_end(self, job: JobView, now: float) -> None:  # noqa: B027 - optional hook
+        """A job completed or was killed."""
+
+    def on_start(self, job: JobView, now: float) -> None:  # noqa: B027 - optional hook
+        """A job got its GPUs (first start or resume)."""
+
+    def on_stop(self, job: JobView, now: float) -> None:  # noqa: B027 - optional hook
+        """A job gave its GPUs back (preempted, completed or killed)."""
+
+    def on_eval(self, job: JobView, history: Sequence[Eval], now: float) -> Verdict | None:
+        """A job reported an eval; ``history`` is every eval so far. A STOP verdict kills the
+        job. Base policies have no opinion (None)."""
+        return None
+
+    def first_stop(self, job: JobView, evals: Sequence[Eval]) -> Verdict | None:
+        """Fast path: the verdict at the first eval where ``on_eval`` would kill the job, given
+        the job's whole eval sequence, or None. Valid because ``on_eval`` depends only on the
+        job's own history. Base policies never kill."""
+        return None
+
+    def next_change_s(self, job: JobView) -> float | None:
+        """Attained service (s) at which this job's rank may next change while it runs (queue
+        thresholds of LAS-style policies), or None if it changes only at arrivals/departures."""
+        return None
+
+    @abstractmethod
+    def order(self, jobs: Sequence[JobView], now: float) -> list[JobView]:
+        """Rank ``jobs`` (running and waiting), highest priority first."""

@@ -1,0 +1,31 @@
+"""Shortest remaining time first on the *estimated* remaining time."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ._base import JobView, Scheduler
+
+
+class SRTFEst(Scheduler):
+    """Rank by declared budget minus attained service (wall seconds on the job's GPUs).
+
+    The budget is the user's estimate; its error comes from the workload
+    (``budget_error_sigma``). A job past its estimate has an estimated remaining time of 0 and
+    ranks first, as an SRTF-Est deployment would treat it. ``gpu_weighted`` ranks by remaining
+    GPU-seconds instead.
+    """
+
+    name = "srtf"
+    preemptive = True
+
+    def __init__(self, gpu_weighted: bool = False) -> None:
+        self.gpu_weighted = gpu_weighted
+
+    def remaining_s(self, job: JobView) -> float:
+        left = job.budget_s - job.attained_s
+        left = left if left > 0 else 0.0
+        return left * job.gpus if self.gpu_weighted else left
+
+    def order(self, jobs: Sequence[JobView], now: float) -> list[JobView]:
+        return sorted(jobs, key=lambda j: (self.remaining_s(j), j.arrival_s, j.job_id))

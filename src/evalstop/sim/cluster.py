@@ -1,0 +1,299 @@
+"""The GPU-cluster simulation: jobs arrive, a scheduler ranks them, GPUs are gang-allocated.
+
+Time is exact (float seconds, no ticks). A job progresses only while it holds its GPUs; after a
+preemption it first pays ``preempt_overhead_s`` of GPU time to restore. Progress milestones
+(evals, a planned kill, completion, a scheduler's rank change) are events at the exact time the
+job's attained service reaches them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from .._validation import check_choice, check_float
+from ..detectors import Decision, Verdict
+from ..schedulers import JobView, Scheduler
+from ..workloads import JobSpec, JobTruth, Workload
+from .engine import Engine
+from .outcome import JobOutcome, SimResult
+
+DEPART, ARRIVE = 0, 1  # same-time priority: free GPUs before handing them out
+
+
+class SimulationInvariantError(RuntimeError):
+    """A broken simulator invariant: a bug, never bad input."""
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    preempt_overhead_s: float = 120.0
+    #: "fast": the kill point is computed from each job's own eval sequence at arrival (valid
+    #: because a stopping rule only reads that sequence); "events": one event per eval.
+    eval_path: str = "fast"
+    #: The oracle stops each hacking job at its best true checkpoint (upper bound, sim only).
+    oracle: bool = False
+
+    def __post_init__(self) -> None:
+        check_float("SimConfig", "preempt_overhead_s", self.preempt_overhead_s, low=0.0)
+        check_choice("SimConfig", "eval_path", self.eval_path, ("fast", "events"))
+
+
+class _Job:
+    """Simulator-side state of one job. ``view`` is all the scheduler ever sees."""
+
+    __slots__ = (
+        "attained_at_seg", "done", "duration_s", "first_start_s", "gpu_s_overhead", "kill_at",
+        "kill_verdict", "n_preempt", "next_eval", "overhead_left", "seg_start", "spec",
+        "target_s", "truth", "version", "view",
+    )
+
+    def __init__(self, spec: JobSpec, truth: JobTruth) -> None:
+        self.spec, self.truth = spec, truth
+        self.view = JobView(spec.job_id, spec.tenant, spec.kind, spec.gpus, spec.arrival_s, spec.budget_s)
+        self.duration_s = truth.duration_s
+        self.seg_start = 0.0
+        self.attained_at_seg = 0.0
+        self.overhead_left = 0.0
+        self.gpu_s_overhead = 0.0
+        self.first_start_s: float | None = None
+        self.n_preempt = 0
+        self.next_eval = 0
+        self.kill_at: int | None = None  # eval index of the planned kill (fast path)
+        self.kill_verdict: Verdict | None = None
+        self.version = 0
+        self.target_s = 0.0
+        self.done = False
+
+    def attained_at(self, now: float) -> float:
+        return self.attained_at_seg + max(0.0, now - self.seg_start - self.overhead_left)
+
+    def eval_target_s(self, index: int) -> float:
+        progress = self.spec.evals[index].progress
+        return self.duration_s * (1.0 if progress is None else progress)
+
+
+class ClusterSim:
+    def __init__(self, workload: Workload, scheduler: Scheduler, config: SimConfig | None = None) -> None:
+        self.config = config or SimConfig()
+        self.scheduler = scheduler
+        self.total_gpus = workload.config.total_gpus
+        self.seed = workload.seed
+        self.jobs = [_Job(s, t) for s, t in zip(workload.jobs, workload.truth, strict=True)]
+        self.engine = Engine()
+        self.running: dict[int, _Job] = {}
+        self.waiting: dict[int, _Job] = {}
+        self.used_gpus = 0
+        self.busy_gpu_s = 0.0
+        self._last_t = 0.0
+        self.log: list[tuple[float, str, int]] = []
+        self.outcomes: dict[int, JobOutcome] = {}
+
+    # -- the run -------------------------------------------------------------------------
+    def run(self) -> SimResult:
+        for job in self.jobs:
+            self.engine.schedule(job.spec.arrival_s, ARRIVE, ("arrive", job, 0))
+        while (event := self.engine.pop()) is not None:
+            now = self.engine.now
+            self._account(now)
+            kind, job, version = event
+            if kind == "arrive":
+                self._arrive(job, now)
+            elif version == job.version:
+                self._milestone(job, now)
+            self._reschedule(now)
+        return self._result()
+
+    def _account(self, now: float) -> None:
+        self.busy_gpu_s += self.used_gpus * (now - self._last_t)
+        self._last_t = now
+
+    def _arrive(self, job: _Job, now: float) -> None:
+        self.log.append((now, "arrive", job.spec.job_id))
+        self.scheduler.on_job_add(job.view, now)
+        if self.config.eval_path == "fast" or self.config.oracle:
+            job.kill_verdict = self._plan_kill(job)
+            job.kill_at = None if job.kill_verdict is None else job.kill_verdict.stop_index
+        self.waiting[job.spec.job_id] = job
+
+    def _plan_kill(self, job: _Job) -> Verdict | None:
+        if self.config.oracle:
+            return _oracle_verdict(job) if job.truth.hacking else None
+        verdict = self.scheduler.first_stop(job.view, job.spec.evals)
+        return verdict if verdict is not None and verdict.stopped else None
+
+    # -- milestones ----------------------------------------------------------------------
+    def _milestone(self, job: _Job, now: float) -> None:
+        """The job's attained service reached its next target: eval, kill, completion or rank change."""
+        self._close_segment(job, now)
+        # Snap to the exact target this event was scheduled for: float round-off in
+        # now - seg_start must not leave the job a hair short of its milestone.
+        attained = job.attained_at_seg = job.view.attained_s = job.target_s
+        evals = job.spec.evals
+        if self.config.eval_path == "events" and not self.config.oracle:
+            while job.next_eval < len(evals) and job.eval_target_s(job.next_eval) <= attained:
+                job.next_eval += 1
+                verdict = self.scheduler.on_eval(job.view, evals[: job.next_eval], now)
+                if verdict is not None and verdict.stopped:
+                    self._end(job, now, verdict)
+                    return
+        if job.kill_at is not None and job.eval_target_s(job.kill_at) <= attained:
+            self._end(job, now, job.kill_verdict)
+            return
+        if attained >= job.duration_s:
+            self._end(job, now, None)
+            return
+        self._schedule_next(job)
+
+    def _schedule_next(self, job: _Job) -> None:
+        attained = job.attained_at_seg
+        target = job.duration_s
+        if self.config.eval_path == "events" and job.next_eval < len(job.spec.evals):
+            target = min(target, job.eval_target_s(job.next_eval))
+        if job.kill_at is not None:
+            target = min(target, job.eval_target_s(job.kill_at))
+        change = self.scheduler.next_change_s(job.view)
+        if change is not None and change > attained:
+            target = min(target, change)
+        job.target_s = target
+        when = job.seg_start + job.overhead_left + (target - attained)
+        self.engine.schedule(when, DEPART, ("milestone", job, job.version))
+
+    def _close_segment(self, job: _Job, now: float) -> None:
+        """Bring the job's accounting up to ``now`` and start a new running segment there."""
+        elapsed = now - job.seg_start
+        spent_overhead = min(elapsed, job.overhead_left)
+        job.gpu_s_overhead += spent_overhead * job.spec.gpus
+        job.attained_at_seg = min(job.duration_s, job.attained_at_seg + elapsed - spent_overhead)
+        job.overhead_left -= spent_overhead
+        job.seg_start = now
+        job.view.attained_s = job.attained_at_seg
+
+    # -- allocation ----------------------------------------------------------------------
+    def _reschedule(self, now: float) -> None:
+        if not self.waiting:
+            return
+        demand = self.used_gpus + sum(j.spec.gpus for j in self.waiting.values())
+        if demand <= self.total_gpus:
+            for job in list(self.waiting.values()):
+                self._start(job, now)
+            return
+        for job in self.running.values():
+            job.view.attained_s = job.attained_at(now)
+        active = [j.view for j in self.running.values()] + [j.view for j in self.waiting.values()]
+        ranked = self.scheduler.order(active, now)
+        if self.scheduler.preemptive:
+            self._allocate_preemptive(ranked, now)
+        else:
+            free = self.total_gpus - self.used_gpus
+            for view in ranked:
+                job = self.waiting.get(view.job_id)
+                if job is not None and view.gpus <= free:
+                    free -= view.gpus
+                    self._start(job, now)
+
+    def _allocate_preemptive(self, ranked: list[JobView], now: float) -> None:
+        capacity = self.total_gpus
+        chosen: list[int] = []
+        for view in ranked:
+            if view.gpus <= capacity:
+                chosen.append(view.job_id)
+                capacity -= view.gpus
+        keep = set(chosen)
+        for job_id in [i for i in self.running if i not in keep]:
+            self._preempt(self.running[job_id], now)
+        for job_id in chosen:
+            job = self.waiting.get(job_id)
+            if job is not None:
+                self._start(job, now)
+
+    def _start(self, job: _Job, now: float) -> None:
+        job_id = job.spec.job_id
+        del self.waiting[job_id]
+        self.running[job_id] = job
+        self.used_gpus += job.spec.gpus
+        if self.used_gpus > self.total_gpus:
+            raise SimulationInvariantError(
+                f"t={now}: starting job {job_id} allocates {self.used_gpus} GPUs of {self.total_gpus}"
+            )
+        if job.first_start_s is None:
+            job.first_start_s = now
+        job.seg_start = now
+        job.overhead_left = self.config.preempt_overhead_s if job.n_preempt else 0.0
+        job.view.running = True
+        self.scheduler.on_start(job.view, now)
+        self.log.append((now, "start", job_id))
+        self._schedule_next(job)
+
+    def _release(self, job: _Job, now: float) -> None:
+        self._close_segment(job, now)
+        job.version += 1
+        job.overhead_left = 0.0
+        job.view.running = False
+        del self.running[job.spec.job_id]
+        self.used_gpus -= job.spec.gpus
+        self.scheduler.on_stop(job.view, now)
+
+    def _preempt(self, job: _Job, now: float) -> None:
+        self._release(job, now)
+        job.n_preempt += 1
+        self.waiting[job.spec.job_id] = job
+        self.log.append((now, "preempt", job.spec.job_id))
+
+    def _end(self, job: _Job, now: float, verdict: Verdict | None) -> None:
+        self._release(job, now)
+        job.done = True
+        self.scheduler.on_job_end(job.view, now)
+        self.log.append((now, "kill" if verdict is not None else "complete", job.spec.job_id))
+        self.outcomes[job.spec.job_id] = _outcome(job, now, verdict)
+
+    # -- results -------------------------------------------------------------------------
+    def _result(self) -> SimResult:
+        if self.running or self.waiting or len(self.outcomes) != len(self.jobs):
+            raise SimulationInvariantError(
+                f"t={self.engine.now}: run ended with {len(self.running)} running, "
+                f"{len(self.waiting)} waiting, {len(self.outcomes)}/{len(self.jobs)} jobs done"
+            )
+        outcomes = tuple(self.outcomes[j.spec.job_id] for j in self.jobs)
+        spent = sum(o.gpu_s_useful + o.gpu_s_overhead for o in outcomes)
+        if abs(spent - self.busy_gpu_s) > 1e-6 * max(1.0, self.busy_gpu_s):
+            raise SimulationInvariantError(
+                f"GPU-time not conserved: jobs account for {spent} GPU-s, the cluster was busy {self.busy_gpu_s}"
+            )
+        first = min(o.arrival_s for o in outcomes)
+        makespan = max(o.end_s for o in outcomes) - first
+        digest = hashlib.sha256("\n".join(map(repr, self.log)).encode()).hexdigest()
+        policy = "oracle" if self.config.oracle else self.scheduler.name
+        return SimResult(policy, self.seed, self.total_gpus, makespan, outcomes, digest)
+
+
+def _oracle_verdict(job: _Job) -> Verdict:
+    """Stop at the eval holding the best true checkpoint, which the oracle can see."""
+    true_q = job.truth.true_at_evals
+    best = max(range(len(true_q)), key=true_q.__getitem__)
+    step, score = job.spec.evals[best].step, job.spec.evals[best].score
+    return Verdict(Decision.STOP, "oracle: true peak", best, step, best, step, score)
+
+
+def _outcome(job: _Job, now: float, verdict: Verdict | None) -> JobOutcome:
+    truth, spec = job.truth, job.spec
+    progress = job.attained_at_seg / job.duration_s
+    killed = verdict is not None
+    delivered = truth.true_final
+    if killed and verdict.best_index is not None:
+        delivered = truth.true_at_evals[verdict.best_index]
+    after_peak = max(0.0, progress - truth.peak_progress) if truth.hacking else 0.0
+    assert job.first_start_s is not None
+    return JobOutcome(
+        job_id=spec.job_id, tenant=spec.tenant, kind=spec.kind, gpus=spec.gpus, hacking=truth.hacking,
+        arrival_s=spec.arrival_s, start_s=job.first_start_s, end_s=now, killed=killed,
+        stop_progress=progress if killed else None, end_progress=progress, n_preemptions=job.n_preempt,
+        gpu_s_useful=job.attained_at_seg * spec.gpus, gpu_s_overhead=job.gpu_s_overhead,
+        gpu_s_after_peak=after_peak * job.duration_s * spec.gpus, true_peak=truth.true_peak,
+        true_delivered=delivered,
+    )
+
+
+def simulate(workload: Workload, scheduler: Scheduler, config: SimConfig | None = None) -> SimResult:
+    """Run ``scheduler`` over ``workload`` and return one record per job."""
+    return ClusterSim(workload, scheduler, config).run()

@@ -1,0 +1,174 @@
+"""The detector contract as executable checks.
+
+Each ``check_*`` raises ``ContractError`` (an AssertionError) naming the detector, the history
+and what broke. ``check_detector`` runs them all:
+
+- construction: default-constructible, frozen (assignment raises), hashable, equal to a copy,
+  and its spec round-trips through ``format_spec``/``parse_spec``;
+- prefixes: ``evaluate`` on every prefix agrees with the full history (CONTINUE before the first
+  stop, the identical verdict from the stop on);
+- bad data: making the score, loss or progress of eval j NaN/inf/missing never creates a stop
+  at j;
+- best checkpoint: ``best_score`` is the best valid score (by ``mode``) up to the stop, at its
+  first occurrence, and ``n_invalid`` counts the skipped scores.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from ..detectors import Decision, Detector, Eval, Verdict, format_spec, parse_spec
+
+_NAN = math.nan
+_INF = math.inf
+
+#: (field, bad value) pairs that ``check_corruption`` writes into one eval at a time.
+CORRUPTIONS: tuple[tuple[str, float | None], ...] = (
+    ("score", _NAN),
+    ("score", _INF),
+    ("score", -_INF),
+    ("loss", _NAN),
+    ("loss", -_INF),
+    ("loss", None),
+    ("progress", _NAN),
+    ("progress", _INF),
+    ("progress", None),
+)
+
+
+class ContractError(AssertionError):
+    """A detector broke the contract."""
+
+
+def _history(scores: Sequence[float], losses: Sequence[float | None] | None = None) -> tuple[Eval, ...]:
+    n = len(scores)
+    loss_values = list(losses) if losses is not None else [None] * n
+    return tuple(
+        Eval(step=10 * (i + 1), score=s, progress=(i + 1) / n, loss=loss_values[i])
+        for i, s in enumerate(scores)
+    )
+
+
+#: Small histories covering the shapes the rules distinguish (peak then fall, rise, plateau,
+#: invalid values, loss plateau and SLAQ-style convergence). Used with your own histories.
+FIXED_HISTORIES: tuple[tuple[Eval, ...], ...] = (
+    (),
+    _history([0.5]),
+    _history([0.1, 0.3, 0.5, 0.6, 0.55, 0.5, 0.45, 0.4], [2.0, 1.5, 1.2, 1.0, 0.9, 0.85, 0.84, 0.84]),
+    _history([0.1 * i for i in range(1, 11)], [1.0 - 0.1 * i for i in range(10)]),
+    _history([0.5, 0.5, 0.5, 0.5, 0.5, 0.5], [1.0, 1.0, 1.0, 1.0, 1.0, 1.0]),
+    _history([0.2, _NAN, 0.4, _INF, 0.3, -_INF, 0.2, 0.1], [1.0, _NAN, 0.8, None, 0.8, _INF, 0.8, 0.8]),
+    _history([_NAN, _NAN, _NAN, _NAN]),
+    _history([0.9, 0.8, 0.7, 0.6, 0.5, 0.4], [3.0, 2.0, 1.5, 1.45, 1.44, 1.44]),
+)
+
+
+def _fail(detector: Detector, what: str, evals: Sequence[Eval] | None = None) -> ContractError:
+    where = "" if evals is None else f"\n  history: {list(evals)!r}"
+    return ContractError(f"{detector!r} breaks the detector contract: {what}{where}")
+
+
+def check_frozen(detector: Detector) -> None:
+    """Default-constructible, frozen, hashable, equal to a copy, and spec round-trips."""
+    cls = type(detector)
+    try:
+        cls()
+    except Exception as exc:
+        raise _fail(detector, f"{cls.__name__}() must work with defaults ({exc!r})") from exc
+    if not dataclasses.is_dataclass(detector):
+        raise _fail(detector, "a detector must be a dataclass")
+    try:
+        hash(detector)
+    except TypeError as exc:
+        raise _fail(detector, "a detector must be hashable") from exc
+    for f in dataclasses.fields(detector):
+        try:
+            setattr(detector, f.name, getattr(detector, f.name))
+        except dataclasses.FrozenInstanceError:
+            continue
+        raise _fail(detector, f"assigning {f.name!r} must raise FrozenInstanceError")
+    if dataclasses.replace(detector) != detector:
+        raise _fail(detector, "a copy with the same parameters must compare equal")
+    if not detector.name:
+        raise _fail(detector, "the class attribute 'name' must be set")
+    if parse_spec(format_spec(detector)) != detector:
+        raise _fail(detector, f"spec {format_spec(detector)!r} does not round-trip")
+
+
+def check_prefixes(detector: Detector, evals: Sequence[Eval]) -> Verdict:
+    """Every prefix agrees with the full history; return the full verdict."""
+    full = detector.evaluate(evals)
+    if detector.evaluate(list(evals)) != full:
+        raise _fail(detector, "evaluate is not deterministic (or depends on the sequence type)", evals)
+    stop = full.stop_index
+    for n in range(len(evals) + 1):
+        verdict = detector.evaluate(evals[:n])
+        if stop is None or n <= stop:
+            if verdict.decision is not Decision.CONTINUE or verdict.stop_index is not None:
+                what = f"prefix of {n} evals says {verdict!r}; the full history stops at {stop}"
+                raise _fail(detector, what, evals)
+        elif verdict != full:
+            raise _fail(detector, f"prefix of {n} evals says {verdict!r}, the full history {full!r}", evals)
+    return full
+
+
+def check_history(detector: Detector, evals: Sequence[Eval], verdict: Verdict | None = None) -> None:
+    """The verdict is well formed: a stop names its eval and carries a reason."""
+    verdict = detector.evaluate(evals) if verdict is None else verdict
+    if verdict.stopped != (verdict.stop_index is not None):
+        raise _fail(detector, f"STOP if and only if stop_index is set: {verdict!r}", evals)
+    if verdict.stop_index is not None:
+        if not 0 <= verdict.stop_index < len(evals):
+            raise _fail(detector, f"stop_index out of range: {verdict!r}", evals)
+        if verdict.stop_step != evals[verdict.stop_index].step:
+            raise _fail(detector, f"stop_step is not the step of eval stop_index: {verdict!r}", evals)
+        if not verdict.reason.strip():
+            raise _fail(detector, "a STOP verdict must carry a reason", evals)
+
+
+def check_best(detector: Detector, evals: Sequence[Eval], verdict: Verdict | None = None) -> None:
+    """best_* is the first best valid score (by ``mode``) up to the stop; n_invalid counts the rest."""
+    verdict = detector.evaluate(evals) if verdict is None else verdict
+    mode = getattr(detector, "mode", "max")
+    if mode not in ("max", "min"):
+        raise _fail(detector, f"mode must be 'max' or 'min', got {mode!r}")
+    seen = evals if verdict.stop_index is None else evals[: verdict.stop_index + 1]
+    valid = [(i, ev) for i, ev in enumerate(seen) if _finite(ev.score)]
+    expected: dict[str, Any] = {"best_index": None, "best_step": None, "best_score": None}
+    if valid:
+        pick = max if mode == "max" else min
+        score = pick(ev.score for _, ev in valid)
+        i, ev = next((i, ev) for i, ev in valid if ev.score == score)
+        expected = {"best_index": i, "best_step": ev.step, "best_score": score}
+    expected["n_invalid"] = len(seen) - len(valid)
+    got = {key: getattr(verdict, key) for key in expected}
+    if got != expected:
+        raise _fail(detector, f"best checkpoint {got} != expected {expected}", evals)
+
+
+def check_corruption(detector: Detector, evals: Sequence[Eval], verdict: Verdict | None = None) -> None:
+    """Making one eval's value NaN/inf/missing never creates a stop at that eval."""
+    verdict = detector.evaluate(evals) if verdict is None else verdict
+    for j, ev in enumerate(evals):
+        for field, bad in CORRUPTIONS:
+            changes: dict[str, Any] = {field: bad}
+            corrupted = [*evals[:j], dataclasses.replace(ev, **changes), *evals[j + 1 :]]
+            if detector.evaluate(corrupted).stop_index == j != verdict.stop_index:
+                raise _fail(detector, f"{field}={bad!r} at eval {j} made the rule fire there", evals)
+
+
+def check_detector(detector: Detector, histories: Iterable[Sequence[Eval]] = FIXED_HISTORIES) -> None:
+    """Run the whole contract over ``histories`` (default: ``FIXED_HISTORIES``)."""
+    check_frozen(detector)
+    for evals in histories:
+        verdict = check_prefixes(detector, evals)
+        check_history(detector, evals, verdict)
+        check_best(detector, evals, verdict)
+        check_corruption(detector, evals, verdict)
+
+
+def _finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)

@@ -1,0 +1,49 @@
+"""True-quality, training-loss and proxy-reward curves as functions of progress p in [0, 1].
+
+All functions are vectorised over ``p``. Quality is on a 0..1 scale.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+FloatArray = NDArray[np.float64]
+
+
+def gao_rl(p: ArrayLike, peak: float, gamma: float = 1.0) -> FloatArray:
+    """Gao et al.'s RL form R(d) = d(alpha - beta ln d), normalised to peak value 1 at ``peak``.
+
+    With d = d* (p/peak)^gamma the normalised curve is c (1 - ln c), c = d/d*, independent of
+    alpha and beta: those only set the scale (d*, R*), which the caller's amplitude absorbs.
+    ``gamma = 1`` is Gao's observation that sqrt(KL) grows about linearly in steps.
+    """
+    c = (np.asarray(p, dtype=float) / peak) ** gamma
+    with np.errstate(divide="ignore", invalid="ignore"):
+        g = np.where(c > 0, c * (1.0 - np.log(np.where(c > 0, c, 1.0))), 0.0)
+    return np.asarray(g, dtype=float)
+
+
+def saturating(p: ArrayLike, rate: float) -> FloatArray:
+    """1 - e^(-rate p), normalised to reach 1 at p = 1 (rate -> 0 gives a straight line)."""
+    p = np.asarray(p, dtype=float)
+    if rate < 1e-9:
+        return p
+    return np.asarray(-np.expm1(-rate * p) / -np.expm1(-rate), dtype=float)
+
+
+def saturating_plateau(p: ArrayLike, rate: float, plateau_from: float) -> FloatArray:
+    """Saturating rise that reaches 1 at ``plateau_from`` and stays flat after it (DPO)."""
+    p = np.asarray(p, dtype=float)
+    return saturating(np.minimum(p / plateau_from, 1.0), rate)
+
+
+def training_loss(p: ArrayLike, tau: float, start: float = 1.0, floor: float = 0.2) -> FloatArray:
+    """Monotonically falling loss floor + (start - floor) e^(-p/tau), for every job kind."""
+    p = np.asarray(p, dtype=float)
+    return np.asarray(floor + (start - floor) * np.exp(-p / tau), dtype=float)
+
+
+def proxy_reward(p: ArrayLike) -> FloatArray:
+    """The reward model's score: keeps rising through reward hacking (concave, monotone)."""
+    return np.asarray(np.sqrt(np.asarray(p, dtype=float)), dtype=float)

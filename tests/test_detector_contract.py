@@ -1,0 +1,163 @@
+"""Every registered detector passes the contract in ``evalstop.testing``; the contract itself
+catches detectors that break it."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import accumulate
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from evalstop.detectors import REGISTRY, Decision, Detector, Eval, KDeclines, Verdict, parse_spec
+from evalstop.detectors._base import BestTracker, is_valid
+from evalstop.testing import (
+    FIXED_HISTORIES,
+    ContractError,
+    check_best,
+    check_corruption,
+    check_detector,
+    check_frozen,
+    check_prefixes,
+)
+
+NAN, INF = math.nan, math.inf
+
+SPECS = [
+    *REGISTRY,
+    "evalstop:k=1",
+    "evalstop:k=3,n_warmup_evals=2",
+    "evalstop:against=best,min_delta=0.05,mode=min",
+    "never:mode=min",
+    "fixed-progress:at=0.3,mode=min",
+    "loss-plateau:patience=1,n_warmup_evals=0,min_rel_delta=0",
+    "slaq:window=1,n_warmup_evals=0,threshold=0.3",
+]
+
+bad_floats = st.sampled_from([NAN, INF, -INF])
+score_values = st.one_of(
+    st.floats(-1.0, 2.0), st.sampled_from([0.0, 0.5, 1.0]), bad_floats
+)  # repeated values exercise ties
+loss_steps = st.one_of(st.floats(-0.5, 0.2), st.just(0.0))
+optional_bad = st.one_of(st.none(), bad_floats)
+
+
+@st.composite
+def histories(draw: st.DrawFn, max_size: int = 14) -> list[Eval]:
+    n = draw(st.integers(0, max_size))
+    steps = list(accumulate(draw(st.lists(st.integers(1, 50), min_size=n, max_size=n))))
+    progress = sorted(draw(st.lists(st.floats(0.0, 1.0), min_size=n, max_size=n)))
+    loss = list(
+        accumulate(draw(st.lists(loss_steps, min_size=n, max_size=n)), initial=draw(st.floats(0.0, 3.0)))
+    )
+    evals = []
+    for i in range(n):
+        p: float | None = progress[i] if draw(st.integers(0, 9)) else draw(optional_bad)
+        lo: float | None = loss[i + 1] if draw(st.integers(0, 9)) else draw(optional_bad)
+        evals.append(Eval(step=steps[i], score=draw(score_values), progress=p, loss=lo))
+    return evals
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_detector_passes_contract_on_fixed_histories(spec: str) -> None:
+    check_detector(parse_spec(spec))
+
+
+@pytest.mark.parametrize("spec", SPECS)
+@settings(max_examples=60, deadline=None)
+@given(evals=histories())
+def test_detector_passes_contract_on_generated_histories(spec: str, evals: list[Eval]) -> None:
+    check_detector(parse_spec(spec), [evals, tuple(evals)])
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_every_registered_detector_is_default_constructible_and_frozen(name: str) -> None:
+    check_frozen(REGISTRY[name]())
+
+
+def test_fixed_histories_trip_every_rule_but_never() -> None:
+    """Guard against a vacuous contract run: the fixed histories trip every rule but 'never'."""
+    for name, cls in REGISTRY.items():
+        fired = [cls().evaluate(h).stopped for h in FIXED_HISTORIES]
+        assert any(fired) == (name != "never"), name
+
+
+# ---- the contract catches broken detectors -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FiresOnNaN(Detector):
+    """Broken: treats a failed eval as a reason to stop."""
+
+    name = "fires-on-nan"
+
+    def evaluate(self, evals: Sequence[Eval]) -> Verdict:
+        best = BestTracker("max")
+        for i, ev in enumerate(evals):
+            if not is_valid(ev.score):
+                best.n_invalid += 1
+                return best.verdict(Decision.STOP, "nan", (i, ev.step))
+            best.offer(i, ev)
+        return best.verdict(Decision.CONTINUE, "")
+
+
+@dataclass(frozen=True)
+class LooksAtTheEnd(Detector):
+    """Broken: decides from the length of the whole history, so prefixes disagree."""
+
+    name = "looks-at-the-end"
+
+    def evaluate(self, evals: Sequence[Eval]) -> Verdict:
+        best = BestTracker("max")
+        if len(evals) >= 3:
+            return best.verdict(Decision.STOP, "long", (0, evals[0].step))
+        return best.verdict(Decision.CONTINUE, "")
+
+
+@dataclass(frozen=True)
+class WrongBest(KDeclines):
+    """Broken: reports the last score as the best."""
+
+    def evaluate(self, evals: Sequence[Eval]) -> Verdict:
+        verdict = super().evaluate(evals)
+        last = evals[-1] if evals else None
+        return Verdict(
+            verdict.decision,
+            verdict.reason,
+            verdict.stop_index,
+            verdict.stop_step,
+            best_score=None if last is None else last.score,
+        )
+
+
+class Mutable(Detector):
+    name = "evalstop"
+
+    def evaluate(self, evals: Sequence[Eval]) -> Verdict:
+        return KDeclines().evaluate(evals)
+
+
+HISTORY = [Eval(10, 0.5), Eval(20, 0.6), Eval(30, NAN), Eval(40, 0.4)]
+
+
+def test_contract_catches_a_rule_that_fires_on_nan() -> None:
+    with pytest.raises(ContractError, match="score=nan at eval 0 made the rule fire"):
+        check_corruption(FiresOnNaN(), HISTORY[:2])
+
+
+def test_contract_catches_prefix_disagreement() -> None:
+    with pytest.raises(ContractError, match="prefix of 1 evals"):
+        check_prefixes(LooksAtTheEnd(), HISTORY)
+
+
+def test_contract_catches_a_wrong_best_checkpoint() -> None:
+    with pytest.raises(ContractError, match="best checkpoint"):
+        check_best(WrongBest(), HISTORY)
+
+
+def test_contract_catches_a_mutable_detector() -> None:
+    with pytest.raises(ContractError, match="must be a dataclass"):
+        check_frozen(Mutable())
