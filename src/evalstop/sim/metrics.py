@@ -57,6 +57,7 @@ class Metrics:
     after_peak_gpu_hours: float  # GPU-hours of progress after a job's true quality peak
     overhead_gpu_hours: float  # GPU-hours of preemption restore overhead
     gpu_hours_total: float  # useful + overhead
+    hacking_gpu_hours: float  # every GPU-hour spent on reward-hacking jobs (a second reading of waste)
     mean_regret: float  # over all jobs
     mean_regret_hacking: float  # over hacking jobs
     utilisation: float  # (useful + overhead) / (total_gpus * makespan_s)
@@ -99,6 +100,8 @@ def compute_metrics(result: SimResult) -> Metrics:
         after_peak_gpu_hours=after_peak_s / _S_PER_HOUR,
         overhead_gpu_hours=overhead_s / _S_PER_HOUR,
         gpu_hours_total=busy_s / _S_PER_HOUR,
+        hacking_gpu_hours=math.fsum(o.gpu_s_useful + o.gpu_s_overhead for o in outcomes if o.hacking)
+        / _S_PER_HOUR,
         mean_regret=_mean(np.array([o.regret for o in outcomes], dtype=float)),
         mean_regret_hacking=_mean(np.array([o.regret for o in outcomes if o.hacking], dtype=float)),
         utilisation=_ratio(busy_s, result.total_gpus * result.makespan_s),

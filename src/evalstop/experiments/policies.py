@@ -1,0 +1,48 @@
+"""Named policies: a base scheduler, optionally wrapped by EvalStop with a stopping rule."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..detectors import parse_spec
+from ..schedulers import EvalStop, Scheduler, make_scheduler
+from ..sim.cluster import SimConfig
+
+#: The paper preset's reading of "k consecutive declines" (docs/model.md says why).
+PAPER_DETECTOR = "evalstop:k=2,against=best"
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """``label`` names the row in tables; ``detector`` is a detector spec or None (no rule);
+    ``watch`` the job kinds the rule applies to (None = all); ``oracle`` stops each hacking job
+    at its true best checkpoint (simulator only: it reads the hidden labels)."""
+
+    label: str
+    base: str = "srtf"
+    base_params: Mapping[str, Any] = field(default_factory=dict)
+    detector: str | None = None
+    watch: tuple[str, ...] | None = ("rlhf",)
+    oracle: bool = False
+
+    def build(self, sim: SimConfig | None = None) -> tuple[Scheduler, SimConfig]:
+        base = make_scheduler(self.base, **dict(self.base_params))
+        scheduler: Scheduler = base
+        if self.detector is not None:
+            scheduler = EvalStop(base, parse_spec(self.detector), watch=self.watch)
+        config = sim or SimConfig()
+        if self.oracle:
+            config = SimConfig(config.preempt_overhead_s, config.eval_path, oracle=True)
+        return scheduler, config
+
+
+HEADLINE_POLICIES: tuple[PolicySpec, ...] = (
+    PolicySpec("SRTF-Est"),
+    PolicySpec("EvalStop + SRTF-Est", detector=PAPER_DETECTOR),
+    PolicySpec("StopAt-0.65", detector="fixed-progress:at=0.65"),
+    PolicySpec("Loss-plateau", detector="loss-plateau:patience=2,min_rel_delta=0.02"),
+    PolicySpec("SLAQ-style", detector="slaq"),
+    PolicySpec("Oracle", oracle=True),
+)
