@@ -10,8 +10,8 @@ from collections.abc import Sequence
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="evalstop", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    from .experiments import reproduce, simulate_cmd
     from . import replay
+    from .experiments import reproduce, simulate_cmd
 
     reproduce.add_arguments(sub.add_parser("reproduce", help="run the paper's headline experiment"))
     simulate_cmd.add_arguments(sub.add_parser("simulate", help="run one configuration from a TOML file"))

@@ -11,10 +11,10 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 
-class Decision(str, Enum):
+class Decision(StrEnum):
     CONTINUE = "continue"
     STOP = "stop"
 
@@ -80,7 +80,7 @@ class Detector(ABC):
 class BestTracker:
     """Running best of the valid scores seen so far (a helper for ``evaluate`` loops)."""
 
-    __slots__ = ("sign", "index", "step", "score", "n_invalid")
+    __slots__ = ("index", "n_invalid", "score", "sign", "step")
 
     def __init__(self, mode: str) -> None:
         self.sign = 1.0 if mode == "max" else -1.0

@@ -56,7 +56,8 @@ def _claim(name: str, paper: str, ours: str, tol: str, ok: bool, paper_value: fl
     elif ok:
         verdict = "reproduced"
     else:
-        verdict = f"not reproduced (off by {100 * ours_value - paper_value:+.1f} points)" if scale == 100 else "no"
+        off = scale * ours_value - paper_value
+        verdict = f"not reproduced (off by {off:+.1f} points)"
     return Claim(name, paper, ours, tol, ok, verdict, paper_value, ours_value)
 
 
@@ -73,7 +74,8 @@ def headline_claims(summary: Summary, comparisons: Mapping[str, Mapping[str, Any
         _points("EvalStop recall", 99.3, ev["recall"], 2),
         _points("EvalStop FPR (all non-hacking jobs)", 1.5, ev["fpr"], 2),
         _change("mean JCT vs SRTF-Est", -9.4, comparisons["jct_mean_s"], 3),
-        _change("wasted GPU-h vs SRTF-Est (after-peak + overhead)", -21.8, comparisons["wasted_gpu_hours"], 3),
+        _change("wasted GPU-h vs SRTF-Est (after-peak + overhead)", -21.8,
+                comparisons["wasted_gpu_hours"], 3),
         _change("GPU-h on hacking jobs vs SRTF-Est (2nd reading)", -21.8,
                 comparisons["hacking_gpu_hours"], 3),
         _points("StopAt-0.65 FPR", 64.5, fixed["fpr"], 5),

@@ -46,7 +46,7 @@ class ConfigError(ValueError):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("config", type=Path, help="TOML file (see --example)")
+    parser.add_argument("config", type=Path, nargs="?", help="TOML file (see --example)")
     parser.add_argument("--json", action="store_true", help="print metric rows as JSON")
     parser.add_argument("--example", action="store_true", help="print an example config and exit")
     parser.set_defaults(run=run)
@@ -56,6 +56,9 @@ def run(args: argparse.Namespace) -> int:
     if args.example:
         print(EXAMPLE, end="")
         return 0
+    if args.config is None:
+        print("evalstop simulate: a CONFIG.toml is required (try --example)", file=sys.stderr)
+        return 2
     try:
         workload, sim, policies, seeds = load_config(tomllib.loads(args.config.read_text()))
     except (OSError, tomllib.TOMLDecodeError, ConfigError, ValueError, TypeError) as exc:

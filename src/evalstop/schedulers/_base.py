@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from enum import Enum
+from enum import StrEnum
 
 from ..detectors import Eval, Verdict
 
 
-class Action(str, Enum):
+class Action(StrEnum):
     CONTINUE = "continue"
     PREEMPT = "preempt"
     KILL = "kill"
