@@ -1,21 +1,26 @@
-"""The ``evalstop`` command."""
+"""The ``evalstop`` command. Each subcommand lives in a module with ``add_arguments(parser)``
+(which sets ``run``); heavy dependencies are imported inside ``run``, never here."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 
+#: (subcommand, module, one-line help)
+COMMANDS: tuple[tuple[str, str, str], ...] = (
+    ("reproduce", "evalstop.experiments.reproduce", "run the paper's headline experiment"),
+    ("simulate", "evalstop.experiments.simulate_cmd", "run one configuration from a TOML file"),
+    ("replay", "evalstop.replay", "replay recorded eval curves through a detector"),
+)
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="evalstop", description=__doc__)
+    parser = argparse.ArgumentParser(prog="evalstop", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    from . import replay
-    from .experiments import reproduce, simulate_cmd
-
-    reproduce.add_arguments(sub.add_parser("reproduce", help="run the paper's headline experiment"))
-    simulate_cmd.add_arguments(sub.add_parser("simulate", help="run one configuration from a TOML file"))
-    replay.add_arguments(sub.add_parser("replay", help="replay recorded eval curves through a detector"))
+    for name, module, help_text in COMMANDS:
+        importlib.import_module(module).add_arguments(sub.add_parser(name, help=help_text))
     return parser
 
 
