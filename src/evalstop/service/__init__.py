@@ -1,0 +1,1 @@
+"""The EvalStop control plane: HTTP API, durable store, decision pipeline, enforcement."""

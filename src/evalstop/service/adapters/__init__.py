@@ -1,0 +1,1 @@
+"""Enforcement adapters: stop a job on the system that runs it."""
