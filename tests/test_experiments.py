@@ -22,7 +22,10 @@ SMALL = PRESETS["paper"].with_(n_jobs=300)
 def quick_result() -> dict:
     out = subprocess.run(
         [sys.executable, "-m", "evalstop.cli", "reproduce", "--quick", "--json"],
-        check=True, capture_output=True, text=True, timeout=300,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     return json.loads(out.stdout)
 
@@ -36,20 +39,30 @@ def test_reproduce_quick_json_has_every_policy_and_claim(quick_result: dict) -> 
 
 def test_reproduce_quick_matches_paper_detection_within_tolerance(quick_result: dict) -> None:
     claims = {c["name"]: c for c in quick_result["claims"]}
-    for name in ("EvalStop precision", "EvalStop recall", "EvalStop FPR (all non-hacking jobs)",
-                 "mean JCT vs SRTF-Est", "StopAt-0.65 FPR", "Loss-plateau recall (misses more than half)"):
+    for name in (
+        "EvalStop precision",
+        "EvalStop recall",
+        "EvalStop FPR (all non-hacking jobs)",
+        "mean JCT vs SRTF-Est",
+        "StopAt-0.65 FPR",
+        "Loss-plateau recall (misses more than half)",
+    ):
         assert claims[name]["reproduced"], claims[name]
 
 
 def test_reproduce_reports_the_waste_claim_honestly(quick_result: dict) -> None:
     waste = {c["name"]: c for c in quick_result["claims"]}["wasted GPU-h vs SRTF-Est (after-peak + overhead)"]
     assert waste["ours_value"] < 0  # EvalStop saves compute...
-    assert waste["verdict"].startswith("reproduced") == waste["reproduced"]  # ...and the verdict says whether it matches
+    assert (
+        waste["verdict"].startswith("reproduced") == waste["reproduced"]
+    )  # ...and the verdict says whether it matches
 
 
 def test_oracle_bounds_evalstop_regret(quick_result: dict) -> None:
     s = quick_result["summary"]
-    assert s["Oracle"]["mean_regret_hacking"]["mean"] <= s["EvalStop + SRTF-Est"]["mean_regret_hacking"]["mean"]
+    assert (
+        s["Oracle"]["mean_regret_hacking"]["mean"] <= s["EvalStop + SRTF-Est"]["mean_regret_hacking"]["mean"]
+    )
     assert s["Oracle"]["precision"]["mean"] == 1.0
 
 
@@ -82,7 +95,9 @@ def test_policy_spec_rejects_unknown_detector() -> None:
 
 def test_example_config_loads_and_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "c.toml"
-    path.write_text(EXAMPLE.replace("n_jobs = 1000", "n_jobs = 200").replace("seeds = [1, 2, 3]", "seeds = [1]"))
+    path.write_text(
+        EXAMPLE.replace("n_jobs = 1000", "n_jobs = 200").replace("seeds = [1, 2, 3]", "seeds = [1]")
+    )
     assert main(["simulate", str(path), "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [r["policy"] for r in rows] == ["SRTF-Est", "EvalStop + SRTF-Est"]

@@ -10,7 +10,16 @@ import numpy as np
 import pytest
 
 from evalstop.schedulers import JobView
-from evalstop.workloads import KINDS, PRESETS, JobSpec, JobTruth, KindShape, Workload, WorkloadConfig, generate
+from evalstop.workloads import (
+    KINDS,
+    PRESETS,
+    JobSpec,
+    JobTruth,
+    KindShape,
+    Workload,
+    WorkloadConfig,
+    generate,
+)
 
 PAPER = PRESETS["paper"]
 N_LARGE = 5_000
@@ -88,7 +97,9 @@ def test_kind_and_hacking_shares_match_the_config(
     rlhf_share: float, lora_share_of_rest: float, hacking_share: float
 ) -> None:
     config = PAPER.with_(
-        n_jobs=N_LARGE, rlhf_share=rlhf_share, lora_share_of_rest=lora_share_of_rest,
+        n_jobs=N_LARGE,
+        rlhf_share=rlhf_share,
+        lora_share_of_rest=lora_share_of_rest,
         hacking_share=hacking_share,
     )
     workload = generate(config, seed=2)
@@ -192,7 +203,9 @@ def test_training_loss_is_blind_to_hacking(large: Workload) -> None:
     hacking = hacking_of(large)
     rlhf = kinds_of(large) == "rlhf"
     final_loss = np.array([spec.evals[-1].loss for spec in large.jobs])
-    assert np.mean(final_loss[rlhf & hacking]) == pytest.approx(np.mean(final_loss[rlhf & ~hacking]), rel=0.05)
+    assert np.mean(final_loss[rlhf & hacking]) == pytest.approx(
+        np.mean(final_loss[rlhf & ~hacking]), rel=0.05
+    )
 
 
 # -- validation ------------------------------------------------------------------------------
@@ -225,8 +238,11 @@ def test_invalid_config_values_raise_naming_the_parameter(changes: dict[str, obj
 
 
 def test_shapes_asking_for_more_gpus_than_the_cluster_raise() -> None:
-    with pytest.raises(ValueError, match=r"'shapes' parameter of WorkloadConfig asks for 8 GPUs per rlhf job.*"
-                                         r"total_gpus=4"):
+    with pytest.raises(
+        ValueError,
+        match=r"'shapes' parameter of WorkloadConfig asks for 8 GPUs per rlhf job.*"
+        r"total_gpus=4",
+    ):
         WorkloadConfig(total_gpus=4)
 
 
