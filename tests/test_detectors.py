@@ -13,13 +13,18 @@ from evalstop._validation import InvalidParameterError
 from evalstop.detectors import (
     DEFAULT_SPEC,
     REGISTRY,
+    Cusum,
     Decision,
     Detector,
     Eval,
     FixedProgress,
     KDeclines,
     LossPlateau,
+    MannKendall,
     NeverStop,
+    NoiseAware,
+    Paired,
+    Patience,
     SlaqLoss,
     format_spec,
     parse_spec,
@@ -233,6 +238,11 @@ def test_registry_names_every_detector() -> None:
         "fixed-progress": FixedProgress,
         "loss-plateau": LossPlateau,
         "slaq": SlaqLoss,
+        "patience": Patience,
+        "cusum": Cusum,
+        "mann-kendall": MannKendall,
+        "paired": Paired,
+        "noise-aware": NoiseAware,
     }
     assert all(cls.name == name for name, cls in REGISTRY.items())
     assert parse_spec(DEFAULT_SPEC) == KDeclines()

@@ -171,7 +171,10 @@ def test_bad_spec_exits_2_with_the_message(tmp_path: Path, capsys: pytest.Captur
 
 def test_unknown_detector_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert replay.run(parse([str(write(tmp_path, CURVES)), "--detector", "nope"])) == 2
-    assert "Valid detectors: evalstop, fixed-progress, loss-plateau, never, slaq" in capsys.readouterr().err
+    assert (
+        "Valid detectors: cusum, evalstop, fixed-progress, loss-plateau, mann-kendall, never, noise-aware, "
+        "paired, patience, slaq" in capsys.readouterr().err
+    )
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,8 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("reproduce", "evalstop.experiments.reproduce", "run the paper's headline experiment"),
     ("simulate", "evalstop.experiments.simulate_cmd", "run one configuration from a TOML file"),
     ("replay", "evalstop.replay", "replay recorded eval curves through a detector"),
+    ("bank", "evalstop.workloads.bank", "write a bank of eval curves from miniature RL runs"),
+    ("validate", "evalstop.experiments.validate", "score stopping rules on the bank and real curves"),
 )
 
 

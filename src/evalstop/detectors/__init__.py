@@ -1,23 +1,35 @@
 """Stopping rules. Each is a frozen dataclass of parameters with one ``evaluate`` method."""
 
 from ._base import Decision, Detector, Eval, Verdict
+from ._cusum import Cusum
 from ._fixed_progress import FixedProgress
 from ._kdeclines import KDeclines
 from ._loss_plateau import LossPlateau
+from ._mann_kendall import MannKendall
 from ._never import NeverStop
+from ._noise import ItemEval
+from ._noise_aware import NoiseAware
+from ._paired import Paired
+from ._patience import Patience
 from ._slaq import SlaqLoss
 from ._spec import DEFAULT_SPEC, REGISTRY, format_spec, parse_spec
 
 __all__ = [
     "DEFAULT_SPEC",
     "REGISTRY",
+    "Cusum",
     "Decision",
     "Detector",
     "Eval",
     "FixedProgress",
+    "ItemEval",
     "KDeclines",
     "LossPlateau",
+    "MannKendall",
     "NeverStop",
+    "NoiseAware",
+    "Paired",
+    "Patience",
     "SlaqLoss",
     "Verdict",
     "format_spec",

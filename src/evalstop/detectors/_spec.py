@@ -13,16 +13,25 @@ from collections.abc import Callable
 from typing import cast
 
 from ._base import Detector
+from ._cusum import Cusum
 from ._fixed_progress import FixedProgress
 from ._kdeclines import KDeclines
 from ._loss_plateau import LossPlateau
+from ._mann_kendall import MannKendall
 from ._never import NeverStop
+from ._noise_aware import NoiseAware
+from ._paired import Paired
+from ._patience import Patience
 from ._slaq import SlaqLoss
 
 DEFAULT_SPEC = "evalstop"
 
 REGISTRY: dict[str, type[Detector]] = {
-    cls.name: cls for cls in (KDeclines, NeverStop, FixedProgress, LossPlateau, SlaqLoss)
+    cls.name: cls
+    for cls in (
+        *(KDeclines, NeverStop, FixedProgress, LossPlateau, SlaqLoss),
+        *(Patience, Cusum, MannKendall, Paired, NoiseAware),
+    )
 }
 
 Value = int | float | bool | str

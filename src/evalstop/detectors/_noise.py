@@ -1,0 +1,73 @@
+"""Noise estimates shared by the noise-aware rules, and an eval that carries per-item scores.
+
+An eval score is usually a mean over a finite set of prompts, so it is noisy. The rules here
+measure a decline in units of that noise. The noise comes, in order of preference, from the
+eval's own per-item scores (:class:`ItemEval`), from a value the job reports (the eval noise
+``sigma`` or the eval sample size), or from the curve itself (:func:`curve_sigma`): the spread
+of its second differences ``x[t] - 2 x[t-1] + x[t-2]``, which have sd ``sigma * sqrt(6)`` under
+independent noise and cancel any locally straight trend. First differences would also carry the
+change of slope of a rise-then-fall curve and overstate the noise (in our bank and synthetic
+presets they cut the recall of every noise-scaled rule by a third or more). The spread is the mean
+absolute deviation from the median, ``* sqrt(pi / 2)``: robust to a few jumps, and, unlike the
+median absolute deviation, not 0 on discretised scores (accuracy on n prompts moves in steps of
+1/n, so most differences are equal); times sqrt(m / (m - 1)) for m differences, because the
+deviation from a sample's own median is smaller than from the true centre.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from statistics import NormalDist, median
+
+from ._base import Eval
+
+#: Mean absolute deviation of a normal sample divided by its sd, sqrt(2 / pi).
+MEAN_AD_PER_SD = math.sqrt(2.0 / math.pi)
+
+
+@dataclass(frozen=True, slots=True)
+class ItemEval(Eval):
+    """An eval that also carries its per-item scores (one per eval prompt, in a fixed order).
+
+    ``score`` is still the value the rules watch (normally the mean of ``items``). Two evals of
+    the same job must list the same prompts in the same order for a paired comparison.
+    """
+
+    items: tuple[float, ...] = ()
+
+
+def curve_sigma(values: Sequence[float]) -> float | None:
+    """The noise sd of one eval, estimated from the second differences of ``values``.
+
+    None with fewer than three values. Can be 0 (a noiseless or piecewise-linear curve).
+    """
+    if len(values) < 3:
+        return None
+    second = [c - 2.0 * b + a for a, b, c in zip(values, values[1:], values[2:], strict=False)]
+    centre = median(second)
+    mean_ad = math.fsum(abs(d - centre) for d in second) / len(second)
+    small_sample = math.sqrt(len(second) / (len(second) - 1)) if len(second) > 1 else 1.0
+    return small_sample * mean_ad / (MEAN_AD_PER_SD * math.sqrt(6.0))
+
+
+def finite_items(ev: Eval) -> tuple[float, ...] | None:
+    """The per-item scores of ``ev`` when it has at least two and all are finite, else None."""
+    items = getattr(ev, "items", None)
+    if not items or len(items) < 2 or not all(math.isfinite(x) for x in items):
+        return None
+    return tuple(items)
+
+
+def mean_and_se(items: Sequence[float]) -> tuple[float, float]:
+    """Mean and standard error (sample sd / sqrt(n)) of at least two values."""
+    n = len(items)
+    mean = math.fsum(items) / n
+    var = math.fsum((x - mean) ** 2 for x in items) / (n - 1)
+    return mean, math.sqrt(var / n)
+
+
+def z_quantile(alpha: float) -> float:
+    """The one-sided standard-normal critical value for level ``alpha``."""
+    return NormalDist().inv_cdf(1.0 - alpha)

@@ -1,0 +1,51 @@
+"""Patience on the best value, with Keras / Hugging Face ``EarlyStoppingCallback`` semantics."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .._validation import check_choice, check_float, check_int
+from ._base import BestTracker, Decision, Detector, Eval, Verdict, is_valid
+
+
+@dataclass(frozen=True)
+class Patience(Detector):
+    """Stop once ``patience`` valid evals in a row fail to improve on the best by more than
+    ``min_delta``.
+
+    This is Hugging Face's ``EarlyStoppingCallback`` (``early_stopping_patience``,
+    ``early_stopping_threshold`` = ``min_delta``, ``greater_is_better`` = ``mode == "max"``):
+    an eval resets the count when it beats the best so far by more than ``min_delta``, and any
+    strict improvement, however small, becomes the new best (the Trainer's ``best_metric``).
+    Keras differs only when ``min_delta > 0``: there the best moves only on a significant
+    improvement. Error control: none beyond ``min_delta``; on a noisy plateau the chance of
+    ``patience`` non-improvements in a row is high, so choose ``min_delta`` above the noise.
+    NaN/inf scores are skipped (Hugging Face would count them as non-improvements).
+    """
+
+    patience: int = 3
+    min_delta: float = 0.0
+    mode: str = "max"
+    name = "patience"
+
+    def __post_init__(self) -> None:
+        owner = type(self).__name__
+        check_int(owner, "patience", self.patience, min_value=1)
+        check_float(owner, "min_delta", self.min_delta, low=0.0)
+        check_choice(owner, "mode", self.mode, ("max", "min"))
+
+    def evaluate(self, evals: Sequence[Eval]) -> Verdict:
+        best = BestTracker(self.mode)
+        wait = 0
+        for i, ev in enumerate(evals):
+            if not is_valid(ev.score):
+                best.n_invalid += 1
+                continue
+            improved = best.score is None or best.better(ev.score, best.score, self.min_delta)
+            wait = 0 if improved else wait + 1
+            best.offer(i, ev)
+            if wait >= self.patience:
+                reason = f"no improvement on {best.score:.4g} by more than {self.min_delta} for {wait} evals"
+                return best.verdict(Decision.STOP, reason, (i, ev.step))
+        return best.verdict(Decision.CONTINUE, f"{wait} evals without improvement < patience={self.patience}")

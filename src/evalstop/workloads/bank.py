@@ -1,0 +1,290 @@
+"""``evalstop bank``: a bank of eval curves from genuine (miniature) RL optimisation.
+
+Runs are grouped in *families*: the base configuration with one knob changed (proxy data,
+labeller bias, learning rate, KL penalty, eval sample size, run length), plus healthy controls
+(optimising gold itself, strong KL). Each run is labelled from its TRUE gold curve:
+
+- ``hacking``: true gold at the end is below its maximum by at least ``HACK_DROP`` (0.05 on the
+  gold scale, where 1 is the best possible gain) and the maximum is at or before 90 % of the run;
+- ``healthy``: the end is within ``HEALTHY_DROP`` (0.02) of the maximum, or the maximum is after
+  90 % of the run;
+- ``borderline``: otherwise. Borderline runs count in regret, not in precision/recall/FPR.
+
+The bank is written as ``curves.csv`` in the ``evalstop replay`` format (``job_id,step,score,
+progress,loss``, plus ``proxy`` and the per-prompt eval scores ``items`` joined by ``;``) and
+``truth.csv`` (``job_id,family,label,hacking,peak_step,peak_progress,true_peak,true_final,drop,
+true_gold``). The loss column is minus the expected proxy reward (what the optimiser drives down).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import math
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._validation import check_int
+from ..detectors import Eval, ItemEval
+from .model import JobTruth, Workload
+from .rl_toy import ToyConfig, ToyRun, run_toy
+
+HACK_DROP = 0.05
+HEALTHY_DROP = 0.02
+LATEST_PEAK = 0.9
+LABELS = ("hacking", "healthy", "borderline")
+
+BASE = ToyConfig(lr=0.2, hack_rarity=4.0, label_bias=4.0)
+
+#: family -> changes to ``BASE``. The two ``control-*`` families should never hack.
+FAMILIES: dict[str, dict[str, Any]] = {
+    "base": {},
+    "lr-low": {"lr": 0.1},
+    "lr-high": {"lr": 0.4},
+    "rm-data-small": {"n_comparisons": 40},
+    "rm-data-large": {"n_comparisons": 1000},
+    "bias-low": {"label_bias": 2.0},
+    "kl-weak": {"kl_coef": 0.05},
+    "eval-small": {"eval_prompts": 32, "eval_samples": 1},
+    "eval-large": {"eval_prompts": 256, "eval_samples": 8},
+    "run-short": {"n_steps": 150, "n_evals": 10},
+    "run-long": {"n_steps": 800, "n_evals": 40},
+    "control-gold": {"target": "gold"},
+    "control-kl": {"kl_coef": 1.0},
+}
+
+CURVE_COLUMNS = ("job_id", "step", "score", "progress", "loss", "proxy", "items")
+TRUTH_COLUMNS = (
+    "job_id", "family", "label", "hacking", "peak_step", "peak_progress",
+    "true_peak", "true_final", "drop", "true_gold",
+)
+
+
+@dataclass(frozen=True)
+class RunTruth:
+    label: str
+    peak_index: int
+    peak_step: int
+    peak_progress: float
+    true_peak: float
+    true_final: float
+    true_gold: tuple[float, ...]
+
+    @property
+    def hacking(self) -> bool:
+        return self.label == "hacking"
+
+    @property
+    def drop(self) -> float:
+        return self.true_peak - self.true_final
+
+
+@dataclass(frozen=True)
+class BankRun:
+    job_id: str
+    family: str
+    evals: tuple[ItemEval, ...]
+    proxy: tuple[float, ...]
+    truth: RunTruth
+
+
+def label_curve(true_gold: Sequence[float]) -> tuple[str, int]:
+    """The label of a true gold curve (module docstring) and the index of its first maximum."""
+    peak = int(np.argmax(true_gold))
+    drop = max(true_gold) - true_gold[-1]
+    late = (peak + 1) / len(true_gold) > LATEST_PEAK
+    if drop >= HACK_DROP and not late:
+        return "hacking", peak
+    if drop < HEALTHY_DROP or late:
+        return "healthy", peak
+    return "borderline", peak
+
+
+def bank_run(job_id: str, family: str, config: ToyConfig, seed: np.random.SeedSequence) -> BankRun:
+    run = run_toy(config, seed)
+    return from_toy(job_id, family, run, config.n_steps)
+
+
+def from_toy(job_id: str, family: str, run: ToyRun, n_steps: int) -> BankRun:
+    label, peak = label_curve(run.true_gold)
+    evals = tuple(
+        ItemEval(step=step, score=score, progress=step / n_steps, loss=-proxy, items=tuple(map(float, items)))
+        for step, score, proxy, items in zip(run.steps, run.scores, run.proxy, run.items, strict=True)
+    )
+    truth = RunTruth(
+        label, peak, run.steps[peak], evals[peak].progress or 0.0, run.true_gold[peak], run.true_gold[-1],
+        run.true_gold,
+    )
+    return BankRun(job_id, family, evals, run.proxy, truth)
+
+
+def build_bank(seed: int, runs_per_family: int, families: Iterable[str] | None = None) -> list[BankRun]:
+    """Every family's runs; run r of family f uses child seed (f, r) of ``seed``, so adding runs
+    or families never changes the existing ones."""
+    check_int("build_bank", "runs_per_family", runs_per_family, min_value=1)
+    names = list(FAMILIES) if families is None else list(families)
+    unknown = [f for f in names if f not in FAMILIES]
+    if unknown:
+        raise ValueError(f"Unknown bank families {unknown}. Valid families: {', '.join(FAMILIES)}.")
+    runs = []
+    for name in names:
+        family_seed = np.random.SeedSequence(seed, spawn_key=(list(FAMILIES).index(name),))
+        config = BASE.with_(**FAMILIES[name])
+        for r, child in enumerate(family_seed.spawn(runs_per_family)):
+            runs.append(bank_run(f"{name}-{r:03d}", name, config, child))
+    return runs
+
+
+# ---- CSV ------------------------------------------------------------------------------------------
+
+
+def write_bank(runs: Sequence[BankRun], out_dir: Path, items: bool = True) -> tuple[Path, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    curves, truth = out_dir / "curves.csv", out_dir / "truth.csv"
+    with curves.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f, lineterminator="\n")
+        writer.writerow(CURVE_COLUMNS if items else CURVE_COLUMNS[:-1])
+        for run in runs:
+            for ev, proxy in zip(run.evals, run.proxy, strict=True):
+                row = [run.job_id, ev.step, _num(ev.score), _num(ev.progress), _num(ev.loss), _num(proxy)]
+                writer.writerow([*row, ";".join(f"{x:.5g}" for x in ev.items)] if items else row)
+    with truth.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f, lineterminator="\n")
+        writer.writerow(TRUTH_COLUMNS)
+        for run in runs:
+            t = run.truth
+            writer.writerow([
+                run.job_id, run.family, t.label, str(t.hacking).lower(), t.peak_step, _num(t.peak_progress),
+                _num(t.true_peak), _num(t.true_final), _num(t.drop), ";".join(_num(g) for g in t.true_gold),
+            ])
+    return curves, truth
+
+
+def read_bank(directory: Path) -> list[BankRun]:
+    """Read a bank written by ``write_bank`` (items are optional)."""
+    histories: dict[str, list[ItemEval]] = {}
+    proxies: dict[str, list[float]] = {}
+    with (directory / "curves.csv").open(newline="", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            items = tuple(float(x) for x in (row.get("items") or "").split(";") if x)
+            ev = ItemEval(
+                step=int(row["step"]), score=_float(row["score"]), progress=_float(row["progress"]),
+                loss=_float(row["loss"]), items=items,
+            )
+            histories.setdefault(row["job_id"], []).append(ev)
+            proxies.setdefault(row["job_id"], []).append(_float(row.get("proxy") or "nan"))
+    runs = []
+    with (directory / "truth.csv").open(newline="", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            job = row["job_id"]
+            if job not in histories:
+                raise ValueError(f"{directory / 'truth.csv'}: job {job!r} has no curve in curves.csv")
+            gold = tuple(float(x) for x in row["true_gold"].split(";"))
+            peak = int(np.argmax(gold))
+            truth = RunTruth(
+                row["label"], peak, int(row["peak_step"]), float(row["peak_progress"]),
+                float(row["true_peak"]), float(row["true_final"]), gold,
+            )
+            runs.append(BankRun(job, row["family"], tuple(histories[job]), tuple(proxies[job]), truth))
+    return runs
+
+
+def _num(value: float | None) -> str:
+    return "" if value is None else f"{value:.6g}"
+
+
+def _float(text: str | None) -> float:
+    return math.nan if not text else float(text)
+
+
+# ---- into the simulator ---------------------------------------------------------------------------
+
+
+def bank_workload(
+    workload: Workload, runs: Sequence[BankRun], seed: int, kinds: Sequence[str] = ("rlhf",)
+) -> Workload:
+    """A copy of ``workload`` whose jobs of ``kinds`` take their eval curves and truth from bank
+    runs drawn with replacement (deterministic in ``seed``). Sizes, arrivals and durations stay.
+    Borderline runs are left out: the simulator's labels are binary."""
+    runs = [r for r in runs if r.truth.label != "borderline"]
+    if not runs:
+        raise ValueError("bank_workload needs at least one hacking or healthy bank run. Got none.")
+    rng = np.random.default_rng(np.random.SeedSequence(seed))
+    picks = rng.integers(0, len(runs), len(workload.jobs))
+    jobs, truth = [], []
+    for spec, old, pick in zip(workload.jobs, workload.truth, picks, strict=True):
+        if spec.kind not in kinds:
+            jobs.append(spec)
+            truth.append(old)
+            continue
+        run = runs[int(pick)]
+        evals = tuple(Eval(i + 1, ev.score, ev.progress, ev.loss) for i, ev in enumerate(run.evals))
+        jobs.append(dataclasses.replace(spec, evals=evals))
+        t = run.truth
+        truth.append(
+            JobTruth(t.hacking, old.duration_s, t.peak_progress, t.true_gold, t.true_peak, t.true_final)
+        )
+    return dataclasses.replace(workload, jobs=tuple(jobs), truth=tuple(truth))
+
+
+# ---- CLI ------------------------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--seed", type=int, default=0, help="bank seed (default 0)")
+    parser.add_argument("--runs-per-family", type=int, default=10, help="runs in each family (default 10)")
+    parser.add_argument(
+        "--families", default=None, help=f"comma-separated subset of: {', '.join(FAMILIES)} (default: all)"
+    )
+    parser.add_argument("--out", default="bank", help="output directory (default ./bank)")
+    parser.add_argument("--no-items", action="store_true", help="leave out the per-prompt eval scores")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    families = None if args.families is None else [f.strip() for f in args.families.split(",") if f.strip()]
+    started = time.perf_counter()
+    try:
+        runs = build_bank(args.seed, args.runs_per_family, families)
+    except ValueError as exc:
+        print(f"evalstop bank: error: {exc}", file=sys.stderr)
+        return 2
+    curves, truth = write_bank(runs, Path(args.out), items=not args.no_items)
+    print(summary(runs), end="")
+    print(f"wrote {curves} and {truth} ({len(runs)} runs, {time.perf_counter() - started:.1f} s)")
+    return 0
+
+
+def summary(runs: Sequence[BankRun]) -> str:
+    """A Markdown table: runs per family and label, mean true peak and drop."""
+    lines = [
+        "| family | runs | hacking | healthy | borderline | mean peak | mean drop | mean peak progress |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    by_family: dict[str, list[BankRun]] = {}
+    for r in runs:
+        by_family.setdefault(r.family, []).append(r)
+    for name, group in by_family.items():
+        counts = _counts(r.truth.label for r in group)
+        peak = np.mean([r.truth.true_peak for r in group])
+        drop = np.mean([r.truth.drop for r in group])
+        peak_progress = np.mean([r.truth.peak_progress for r in group])
+        lines.append(
+            f"| {name} | {len(group)} | {counts['hacking']} | {counts['healthy']} | {counts['borderline']} | "
+            f"{peak:.3f} | {drop:.3f} | {peak_progress:.2f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _counts(labels: Iterable[str]) -> Mapping[str, int]:
+    counts = dict.fromkeys(LABELS, 0)
+    for label in labels:
+        counts[label] += 1
+    return counts
