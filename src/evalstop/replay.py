@@ -1,9 +1,12 @@
 """``evalstop replay``: run recorded eval curves through a detector, one verdict per job.
 
-Input CSV columns: ``job_id,step,score`` and optionally ``progress`` and ``loss``. Rows of one
-job are in step order (jobs may interleave). An empty cell is a missing value: a missing score
-is read as NaN (the detector skips it), a missing progress or loss as None. ``nan``/``inf``
-are allowed wherever a number is. Output CSV: ``job_id,stopped,stop_step,best_step,best_score``,
+Input CSV columns: ``job_id,step,score`` and optionally ``progress``, ``loss`` and ``items``.
+``items`` holds an eval's per-prompt scores joined by ``;`` (as ``evalstop bank`` writes them);
+a row with items becomes an ``ItemEval``, read by ``paired`` (and ``noise-aware:items=true``),
+while every other rule sees only the score. Rows of one job are in step order (jobs may
+interleave). An empty cell is a missing value: a missing score is read as NaN (the detector
+skips it), a missing progress or loss as None, missing items as none. ``nan``/``inf`` are
+allowed wherever a number is. Output CSV: ``job_id,stopped,stop_step,best_step,best_score``,
 one row per job in order of first appearance.
 """
 
@@ -16,7 +19,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TextIO
 
-from .detectors import DEFAULT_SPEC, REGISTRY, Detector, Eval, parse_spec
+from .detectors import DEFAULT_SPEC, REGISTRY, Detector, Eval, ItemEval, parse_spec
 
 REQUIRED_COLUMNS = ("job_id", "step", "score")
 OUTPUT_COLUMNS = ("job_id", "stopped", "stop_step", "best_step", "best_score")
@@ -30,7 +33,9 @@ class CurvesError(ValueError):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("curves", metavar="CURVES.csv", help="eval curves: job_id,step,score[,progress,loss]")
+    parser.add_argument(
+        "curves", metavar="CURVES.csv", help="eval curves: job_id,step,score[,progress,loss,items]"
+    )
     parser.add_argument(
         "--detector",
         metavar="SPEC",
@@ -72,6 +77,9 @@ def read_curves(rows: Iterable[Row]) -> dict[str, list[Eval]]:
             progress=_parse_number(row, "progress", where),
             loss=_parse_number(row, "loss", where),
         )
+        items = _parse_items(row.get("items"), where)
+        if items:
+            ev = ItemEval(ev.step, ev.score, ev.progress, ev.loss, items=items)
         history = jobs.setdefault(job, [])
         if history and ev.step < history[-1].step:
             raise CurvesError(f"{where}: step {ev.step} goes backwards (previous step {history[-1].step})")
@@ -156,6 +164,19 @@ def _parse_number(row: Row, column: str, where: str) -> float | None:
         return float(text)
     except ValueError:
         raise CurvesError(f"{where}: {column} must be a number, got {text!r}") from None
+
+
+def _parse_items(text: str | None, where: str) -> tuple[float, ...]:
+    """The ``;``-separated per-prompt scores of one eval (an empty cell or no column: none)."""
+    if not (text or "").strip():
+        return ()
+    items = []
+    for part in (text or "").split(";"):
+        try:
+            items.append(float(part))
+        except ValueError:
+            raise CurvesError(f"{where}: items must be numbers joined by ';', got {part!r}") from None
+    return tuple(items)
 
 
 def _format_cell(value: Any) -> str:

@@ -1,5 +1,9 @@
 """Run policies over seeded workloads: one workload per seed, shared by every policy
-(common random numbers), seeds spread over a process pool."""
+(common random numbers), seeds spread over a process pool.
+
+``bank``: bank runs (``workloads.bank``) that the RLHF jobs replay instead of their generated
+curves, drawn per seed by ``bank_workload`` (``bank_sim.run_bank_seed``); None keeps the generated
+curves."""
 
 from __future__ import annotations
 
@@ -12,15 +16,23 @@ from typing import Any
 from ..sim.cluster import SimConfig, simulate
 from ..sim.metrics import compute_metrics
 from ..workloads import WorkloadConfig, generate
+from ..workloads.bank import BankRun
+from .bank_sim import run_bank_seed
 from .policies import PolicySpec
 
 Row = dict[str, Any]
 
 
 def run_seed(
-    workload: WorkloadConfig, policies: Sequence[PolicySpec], seed: int, sim: SimConfig | None = None
+    workload: WorkloadConfig,
+    policies: Sequence[PolicySpec],
+    seed: int,
+    sim: SimConfig | None = None,
+    bank: Sequence[BankRun] | None = None,
 ) -> list[Row]:
     """Pure: one workload for ``seed``, every policy on it, one metrics row per policy."""
+    if bank is not None:
+        return run_bank_seed(workload, bank, policies, seed, sim)
     jobs = generate(workload, seed)
     rows = []
     for policy in policies:
@@ -38,17 +50,18 @@ def run_seeds(
     sim: SimConfig | None = None,
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    bank: Sequence[BankRun] | None = None,
 ) -> list[Row]:
     """All rows for all seeds, in seed order. ``workers=1`` runs in this process."""
     workers = workers or min(len(seeds), os.cpu_count() or 1)
     results: dict[int, list[Row]] = {}
     if workers <= 1:
         for seed in seeds:
-            results[seed] = run_seed(workload, policies, seed, sim)
+            results[seed] = run_seed(workload, policies, seed, sim, bank)
             _tick(progress, len(results), len(seeds))
     else:
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            futures = {seed: pool.submit(run_seed, workload, policies, seed, sim) for seed in seeds}
+            futures = {seed: pool.submit(run_seed, workload, policies, seed, sim, bank) for seed in seeds}
             for seed, future in futures.items():
                 results[seed] = future.result()
                 _tick(progress, len(results), len(seeds))

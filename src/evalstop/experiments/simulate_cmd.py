@@ -7,11 +7,12 @@ import json
 import sys
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..sim.cluster import SimConfig
 from ..sim.metrics import metrics_table
-from ..workloads import PRESETS
+from ..workloads import PRESETS, WorkloadConfig
+from ..workloads.bank import BankRun, read_bank
 from .policies import PolicySpec
 from .runner import run_seeds, stderr_progress
 
@@ -22,6 +23,7 @@ seeds = [1, 2, 3]
 preset = "paper"
 n_jobs = 1000
 offered_load = 0.7
+# bank = "bank"     # RLHF jobs replay runs of this `evalstop bank` directory (relative to this file)
 
 [sim]
 preempt_overhead_s = 120.0
@@ -45,6 +47,16 @@ class ConfigError(ValueError):
     """A simulate config that names an unknown key or holds a bad value."""
 
 
+class Config(NamedTuple):
+    """A loaded simulate config. ``bank``: the runs RLHF jobs replay (None: generated curves)."""
+
+    workload: WorkloadConfig
+    sim: SimConfig
+    policies: list[PolicySpec]
+    seeds: list[int]
+    bank: tuple[BankRun, ...] | None = None
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", type=Path, nargs="?", help="TOML file (see --example)")
     parser.add_argument("--json", action="store_true", help="print metric rows as JSON")
@@ -60,11 +72,12 @@ def run(args: argparse.Namespace) -> int:
         print("evalstop simulate: a CONFIG.toml is required (try --example)", file=sys.stderr)
         return 2
     try:
-        workload, sim, policies, seeds = load_config(tomllib.loads(args.config.read_text()))
+        config = load_config(tomllib.loads(args.config.read_text()), base_dir=args.config.parent)
     except (OSError, tomllib.TOMLDecodeError, ConfigError, ValueError, TypeError) as exc:
         print(f"evalstop simulate: {args.config}: {exc}", file=sys.stderr)
         return 2
-    rows = run_seeds(workload, policies, seeds, sim, progress=stderr_progress("simulate"))
+    rows = run_seeds(config.workload, config.policies, config.seeds, config.sim,
+                     progress=stderr_progress("simulate"), bank=config.bank)
     if args.json:
         print(json.dumps(rows, indent=1))
     else:
@@ -72,9 +85,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def load_config(doc: dict[str, Any]) -> tuple[Any, SimConfig, list[PolicySpec], list[int]]:
+def load_config(doc: dict[str, Any], base_dir: Path | None = None) -> Config:
+    """Validate a parsed config; a relative ``workload.bank`` is resolved against ``base_dir``
+    (the config file's directory; default: the working directory)."""
     _reject_unknown("top level", doc, _TOP)
     workload_doc = dict(doc.get("workload", {}))
+    bank = _load_bank(workload_doc.pop("bank", None), base_dir or Path("."))
     preset = workload_doc.pop("preset", "paper")
     if preset not in PRESETS:
         raise ConfigError(f"workload.preset must be one of {sorted(PRESETS)}. Got {preset!r} instead.")
@@ -100,7 +116,27 @@ def load_config(doc: dict[str, Any]) -> tuple[Any, SimConfig, list[PolicySpec], 
     seeds = doc.get("seeds", [1])
     if not isinstance(seeds, list) or not all(isinstance(s, int) and s >= 0 for s in seeds):
         raise ConfigError(f"seeds must be a list of non-negative ints. Got {seeds!r} instead.")
-    return workload, sim, policies, seeds
+    return Config(workload, sim, policies, seeds, bank)
+
+
+def _load_bank(value: Any, base_dir: Path) -> tuple[BankRun, ...] | None:
+    """The runs of the bank directory ``value``; ConfigError naming the path when unusable."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"workload.bank must be a directory path (a string). Got {value!r} instead.")
+    path = base_dir / value
+    if not path.is_dir():
+        raise ConfigError(f"workload.bank: {path} is not a directory (expected `evalstop bank --out` output)")
+    try:
+        runs = tuple(read_bank(path))
+    except KeyError as exc:
+        raise ConfigError(f"workload.bank: cannot read the bank in {path}: missing column {exc}") from None
+    except (OSError, ValueError, IndexError) as exc:
+        raise ConfigError(f"workload.bank: cannot read the bank in {path}: {exc}") from None
+    if not any(r.truth.label in ("hacking", "healthy") for r in runs):
+        raise ConfigError(f"workload.bank: {path} has no hacking or healthy run to replay")
+    return runs
 
 
 def _reject_unknown(where: str, doc: dict[str, Any], known: set[str]) -> None:
@@ -123,4 +159,4 @@ def _f(value: float | None, divide: float = 1.0) -> str:
     return "—" if value is None else f"{value / divide:.3f}"
 
 
-__all__ = ["EXAMPLE", "ConfigError", "add_arguments", "load_config", "metrics_table", "run"]
+__all__ = ["EXAMPLE", "Config", "ConfigError", "add_arguments", "load_config", "metrics_table", "run"]
