@@ -1,0 +1,167 @@
+"""Remote mode: report each eval to the platform's EvalStop service and obey its decision.
+
+The expected API (``evalstop.service``)::
+
+    POST {url}/v1/jobs/{job_id}/scores
+    Authorization: Bearer {token}
+    {"step": 120, "value": 0.61, "progress": 0.4, "loss": 1.9, "metric": "eval_gold",
+     "checkpoint_uri": "/runs/a/checkpoint-120"}
+    -> 200 {"decision": "continue" | "stop", "reason": "...", "stop_step": int | null,
+            "best_step": int | null, "best_score": float | null, "shadow_stop": bool, ...}
+
+The service runs the job's rule; ``decision`` is "stop" once a stop is decided and enforced (a
+shadow-mode stop answers "continue"). The client is the Python standard library only. It fails
+safe: a NaN/inf score is not sent (the service refuses non-finite values) and counts as
+invalid; an unreachable service or an error answer warns and the job continues.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._validation import check_float
+from ..detectors import Decision, Eval, Verdict
+from ._common import eval_row
+
+TOKEN_ENV = "EVALSTOP_TOKEN"
+
+
+@dataclass(frozen=True)
+class RemoteJob:
+    """Where a job reports: the service's base ``url``, the job's id there and an API token
+    (default: the ``EVALSTOP_TOKEN`` environment variable)."""
+
+    url: str
+    job_id: str
+    token: str | None = field(default=None, repr=False)
+    timeout_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not self.url.startswith(("http://", "https://")):
+            raise ValueError(
+                f"The 'url' parameter of RemoteJob must be an http(s) URL. Got {self.url!r} instead."
+            )
+        if not self.job_id:
+            raise ValueError(
+                f"The 'job_id' parameter of RemoteJob must be a job id. Got {self.job_id!r} instead."
+            )
+        check_float("RemoteJob", "timeout_s", self.timeout_s, low=0.0, low_open=True)
+
+    @property
+    def scores_url(self) -> str:
+        job = urllib.parse.quote(self.job_id, safe="")
+        return f"{self.url.rstrip('/')}/v1/jobs/{job}/scores"
+
+    def post(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """POST one score; the decoded answer. Raises OSError/ValueError on failure."""
+        token = self.token or os.environ.get(TOKEN_ENV)
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        body = json.dumps(payload).encode()
+        request = urllib.request.Request(self.scores_url, data=body, headers=headers, method="POST")
+        with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+            answer = json.loads(response.read().decode())
+        if not isinstance(answer, dict) or answer.get("decision") not in ("continue", "stop"):
+            raise ValueError(f"unexpected answer from {self.scores_url}: {answer!r}")
+        return answer
+
+
+class RemoteHistory:
+    """A job's eval history whose verdicts come from the service (same interface as EvalHistory)."""
+
+    def __init__(
+        self, job: RemoteJob, metric: str | None = None, checkpoint_uri: Callable[[int], str] | None = None
+    ) -> None:
+        """``checkpoint_uri(step)`` names the checkpoint that holds ``step`` if it is kept: the
+        service pins the best eval's checkpoint."""
+        self.job, self.metric, self.checkpoint_uri = job, metric, checkpoint_uri
+        self.evals: list[Eval] = []
+        self.verdict = Verdict(Decision.CONTINUE, "no evals yet")
+        self.n_failed = 0
+        self._fired_at: int | None = None
+
+    def add(self, ev: Eval) -> Verdict | None:
+        if (self.evals and ev.step <= self.evals[-1].step) or self.verdict.stopped:
+            return None
+        self.evals.append(ev)
+        if not math.isfinite(ev.score):
+            self.verdict = _replace_invalid(self.verdict, self.verdict.n_invalid + 1)
+            return self.verdict
+        try:
+            answer = self.job.post(self._payload(ev))
+        except (OSError, ValueError) as exc:
+            self.n_failed += 1
+            warnings.warn(f"EvalStop service unreachable or failing ({exc}); the job continues.",
+                          stacklevel=2)
+            return self.verdict
+        self.verdict = self._verdict(answer)
+        if self.verdict.stopped:
+            self._fired_at = len(self.evals) - 1
+        return self.verdict
+
+    def _payload(self, ev: Eval) -> dict[str, Any]:
+        payload: dict[str, Any] = {"step": ev.step, "value": ev.score}
+        if ev.progress is not None and math.isfinite(ev.progress):
+            payload["progress"] = min(max(ev.progress, 0.0), 1.0)
+        if ev.loss is not None and math.isfinite(ev.loss):
+            payload["loss"] = ev.loss
+        if self.metric:
+            payload["metric"] = self.metric
+        if self.checkpoint_uri is not None:
+            payload["checkpoint_uri"] = self.checkpoint_uri(ev.step)
+        return payload
+
+    def _verdict(self, answer: dict[str, Any]) -> Verdict:
+        stop = answer["decision"] == "stop"
+        best_step = answer.get("best_step")
+        steps = [ev.step for ev in self.evals]
+        return Verdict(
+            decision=Decision.STOP if stop else Decision.CONTINUE,
+            reason=str(answer.get("reason", "")),
+            stop_index=len(self.evals) - 1 if stop else None,
+            stop_step=self.evals[-1].step if stop else None,
+            best_index=steps.index(best_step) if best_step in steps else None,
+            best_step=best_step,
+            best_score=answer.get("best_score"),
+            n_invalid=self.verdict.n_invalid,
+        )
+
+    @property
+    def fired_now(self) -> bool:
+        return self._fired_at is not None and self._fired_at == len(self.evals) - 1
+
+    @property
+    def last_is_best(self) -> bool:
+        return bool(self.evals) and self.verdict.best_step == self.evals[-1].step
+
+    def record(self) -> dict[str, Any]:
+        v = self.verdict
+        return {
+            "detector": f"remote:{self.job.scores_url}",
+            "decision": v.decision.value,
+            "reason": v.reason,
+            "stop_step": v.stop_step,
+            "best_step": v.best_step,
+            "best_score": v.best_score,
+            "n_invalid": v.n_invalid,
+            "n_failed_posts": self.n_failed,
+            "evals": [eval_row(ev) for ev in self.evals],
+        }
+
+
+def _replace_invalid(v: Verdict, n_invalid: int) -> Verdict:
+    return Verdict(v.decision, v.reason, v.stop_index, v.stop_step, v.best_index, v.best_step, v.best_score,
+                   n_invalid)
+
+
+__all__ = ["TOKEN_ENV", "RemoteHistory", "RemoteJob"]
