@@ -245,7 +245,8 @@ def test_registry_names_every_detector() -> None:
         "noise-aware": NoiseAware,
     }
     assert all(cls.name == name for name, cls in REGISTRY.items())
-    assert parse_spec(DEFAULT_SPEC) == KDeclines()
+    assert parse_spec(DEFAULT_SPEC) == Cusum()
+    assert parse_spec("evalstop") == KDeclines()
 
 
 @pytest.mark.parametrize(

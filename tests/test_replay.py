@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from evalstop import replay
-from evalstop.detectors import KDeclines, LossPlateau, parse_spec
+from evalstop.detectors import DEFAULT_SPEC, KDeclines, LossPlateau, parse_spec
 from evalstop.replay import CurvesError, replay_rows
 
 CURVES = """job_id,step,score
@@ -142,9 +142,12 @@ def test_interleaved_jobs_check_steps_per_job() -> None:
 # ---- run() through argparse -----------------------------------------------------------------------
 
 
+def test_default_detector_is_the_recommended_default(tmp_path: Path) -> None:
+    assert parse([str(write(tmp_path, CURVES))]).detector == DEFAULT_SPEC
+
+
 def test_run_writes_csv_to_stdout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    args = parse([str(write(tmp_path, CURVES))])
-    assert args.detector == "evalstop"
+    args = parse([str(write(tmp_path, CURVES)), "--detector", "evalstop"])
     assert args.run(args) == 0
     out, err = capsys.readouterr()
     assert out == EXPECTED
@@ -247,7 +250,7 @@ def test_cli_main_replay(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     _cli_or_skip()
     from evalstop import cli
 
-    assert cli.main(["replay", str(write(tmp_path, CURVES))]) == 0
+    assert cli.main(["replay", str(write(tmp_path, CURVES)), "--detector", "evalstop"]) == 0
     assert capsys.readouterr().out == EXPECTED
 
 
