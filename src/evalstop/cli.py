@@ -15,6 +15,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("replay", "evalstop.replay", "replay recorded eval curves through a detector"),
     ("bank", "evalstop.workloads.bank", "write a bank of eval curves from miniature RL runs"),
     ("validate", "evalstop.experiments.validate", "score stopping rules on the bank and real curves"),
+    ("serve", "evalstop.service.cli", "run the EvalStop service"),
 )
 
 

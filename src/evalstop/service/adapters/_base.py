@@ -51,3 +51,6 @@ class EnforcementAdapter(ABC):
     @abstractmethod
     def is_stopped(self, job: JobRef) -> bool:
         """Reconcile: True once the job no longer holds its resources."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
+        """Release what the adapter holds (HTTP connection pools); call at shutdown."""

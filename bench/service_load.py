@@ -1,0 +1,198 @@
+"""Load benchmark of the EvalStop service over loopback, with durable SQLite commits.
+
+Starts ``evalstop serve`` as its own process (SQLite file in a temp dir, WAL, synchronous=FULL:
+every acknowledged request is on disk), then drives it from this process with persistent HTTP/1.1
+connections (stdlib ``http.client``: the lightest client, so the client steals little CPU from
+the server on a small machine):
+
+1. **batched throughput**: ``--clients`` threads each post batches of ``--batch`` scores to
+   their own jobs for ``--seconds``; reports acknowledged scores/s.
+2. **decision latency at a fixed rate**: single-score requests on an open-loop schedule of
+   ``--rate`` per second for ``--seconds``; latency is measured from the *scheduled* send time
+   to the reply (so a stalled server cannot hide queueing), p50/p99/max, plus the achieved rate.
+
+Every reply carries the detector's decision, so the latency is "score in -> decision out".
+
+    .venv/bin/python bench/service_load.py                     # both phases, 10 s each
+    .venv/bin/python bench/service_load.py --seconds 5 --json
+    .venv/bin/python bench/service_load.py --url http://127.0.0.1:8000 --admin-token ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+ADMIN = "bench-admin-token"
+
+
+class Conn:
+    """One keep-alive HTTP connection posting JSON."""
+
+    def __init__(self, base: str, token: str) -> None:
+        url = urlparse(base)
+        self.conn = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port or 80, timeout=30)
+        self.headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+
+    def send(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        data = None if body is None else json.dumps(body).encode()
+        self.conn.request(method, path, body=data, headers=self.headers)
+        response = self.conn.getresponse()
+        payload = response.read()
+        return response.status, json.loads(payload) if payload else None
+
+
+def start_server(tmp: Path, synchronous: str) -> tuple[subprocess.Popen[bytes], str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "EVALSTOP_ADMIN_TOKEN": ADMIN, "EVALSTOP_SQLITE_SYNCHRONOUS": synchronous}
+    cmd = [sys.executable, "-m", "evalstop.cli", "serve", "--database-url", f"sqlite:///{tmp / 'bench.db'}",
+           "--port", str(port), "--log-level", "warning"]
+    proc = subprocess.Popen(cmd, env=env)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            Conn(base, "").send("GET", "/healthz")
+            return proc, base
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("the server did not start within 60 s")
+
+
+def make_jobs(base: str, admin: str, n: int) -> tuple[str, list[str]]:
+    c = Conn(base, admin)
+    status, tenant = c.send("POST", "/v1/tenants", {"name": f"bench-{os.getpid()}-{time.time_ns()}"})
+    assert status == 201, tenant
+    c = Conn(base, tenant["token"])
+    ids = []
+    for i in range(n):
+        status, job = c.send("POST", "/v1/jobs", {"external_ref": f"bench-{i}", "target": "dry-run",
+                                                  "detector": "evalstop:k=3"})
+        assert status == 201, job
+        ids.append(job["id"])
+    return tenant["token"], ids
+
+
+def rising(step: int) -> float:
+    """A healthy curve (never three declines in a row), so the job keeps running all along."""
+    return 0.5 + 0.4 * step / (step + 1000) + (0.001 if step % 2 else 0.0)
+
+
+def batched(
+    base: str, token: str, jobs: list[str], clients: int, batch: int, seconds: float
+) -> dict[str, Any]:
+    counts = [0] * clients
+    stop_at = time.monotonic() + seconds
+
+    def run(k: int) -> None:
+        c, mine, step = Conn(base, token), jobs[k::clients], 0
+        while time.monotonic() < stop_at:
+            for job in mine:
+                body = {"scores": [{"step": s, "value": rising(s)} for s in range(step, step + batch)]}
+                status, reply = c.send("POST", f"/v1/jobs/{job}/scores", body)
+                assert status == 200 and reply["accepted"] == batch, reply
+                counts[k] += batch
+            step += batch
+
+    started = time.monotonic()
+    _run_threads(run, clients)
+    elapsed = time.monotonic() - started
+    return {"scores": sum(counts), "seconds": round(elapsed, 2), "scores_per_s": round(sum(counts) / elapsed)}
+
+
+def paced(
+    base: str, token: str, jobs: list[str], rate: float, seconds: float, threads: int
+) -> dict[str, Any]:
+    """Request ``i`` is due at ``t0 + i / rate``; thread ``i % threads`` sends it, to one of that
+    thread's own jobs (so each job's steps arrive in order)."""
+    n = int(rate * seconds)
+    latencies: list[float] = [0.0] * n
+    t0 = time.monotonic() + 0.2
+
+    def run(k: int) -> None:
+        c, mine = Conn(base, token), jobs[k::threads]
+        for i in range(k, n, threads):
+            due = t0 + i / rate
+            time.sleep(max(0.0, due - time.monotonic()))
+            job, step = mine[(i // threads) % len(mine)], 10**7 + i
+            status, reply = c.send("POST", f"/v1/jobs/{job}/scores", {"step": step, "value": rising(step)})
+            assert status == 200 and reply["decision"] == "continue", reply
+            latencies[i] = time.monotonic() - due
+
+    _run_threads(run, threads)
+    wall = time.monotonic() - t0
+    ms = sorted(x * 1000 for x in latencies)
+    return {"requests": n, "target_rate": rate, "achieved_rate": round(n / wall),
+            "p50_ms": round(statistics.median(ms), 2), "p99_ms": round(ms[int(0.99 * (n - 1))], 2),
+            "max_ms": round(ms[-1], 2)}
+
+
+def _run_threads(target: Any, n: int) -> None:
+    threads = [threading.Thread(target=target, args=(k,)) for k in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--url", help="benchmark a running server instead of starting one")
+    p.add_argument("--admin-token", default=ADMIN)
+    p.add_argument("--seconds", type=float, default=10.0)
+    p.add_argument("--jobs", type=int, default=24)
+    p.add_argument("--clients", type=int, default=4)
+    p.add_argument("--batch", type=int, default=200)
+    p.add_argument("--rate", type=float, default=1000.0)
+    p.add_argument("--paced-threads", type=int, default=8)
+    p.add_argument("--synchronous", choices=["FULL", "NORMAL"], default="FULL")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="evalstop-bench-") as tmp:
+        proc = None
+        if args.url:
+            base = args.url
+        else:
+            proc, base = start_server(Path(tmp), args.synchronous)
+        try:
+            token, jobs = make_jobs(base, args.admin_token, args.jobs)
+            token2, fresh = make_jobs(base, args.admin_token, args.jobs)  # histories start empty
+            result = {
+                "synchronous": args.synchronous, "cpus": os.cpu_count(), "load_avg_before": os.getloadavg(),
+                "batched": batched(base, token, jobs, args.clients, args.batch, args.seconds),
+                "paced": paced(base, token2, fresh, args.rate, args.seconds, args.paced_threads),
+                "load_avg_after": os.getloadavg(),
+            }
+        finally:
+            if proc is not None:
+                proc.terminate()
+                proc.wait(10)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        b, q = result["batched"], result["paced"]
+        print(f"batched: {b['scores_per_s']} scores/s ({b['scores']} scores in {b['seconds']} s, "
+              f"{args.clients} clients x batches of {args.batch}, synchronous={args.synchronous})")
+        print(f"paced {q['target_rate']:.0f}/s single scores: achieved {q['achieved_rate']}/s, "
+              f"decision latency p50 {q['p50_ms']} ms, p99 {q['p99_ms']} ms, max {q['max_ms']} ms")
+        print(f"load average before/after: {result['load_avg_before']} / {result['load_avg_after']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""Helpers every adapter shares: settings, HTTP error mapping, checkpoint pin markers."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlparse
+
+from evalstop._validation import InvalidParameterError
+from evalstop.service.adapters._base import AdapterError, JobRef
+
+if TYPE_CHECKING:
+    import httpx
+
+log = logging.getLogger("evalstop.service.adapters")
+
+PIN_MARKER = ".evalstop-pin.json"
+RETRYABLE_STATUS = frozenset({408, 425, 429})
+
+
+def setting_str(owner: str, settings: Mapping[str, Any], key: str, default: str | None = None) -> str:
+    value = settings.get(key, default)
+    if not isinstance(value, str) or not value:
+        raise InvalidParameterError(
+            f"The {key!r} setting of the {owner} adapter must be a non-empty string. Got {value!r} instead."
+        )
+    return value
+
+
+def setting_float(owner: str, settings: Mapping[str, Any], key: str, default: float) -> float:
+    value = settings.get(key, default)
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+    if not ok:
+        raise InvalidParameterError(
+            f"The {key!r} setting of the {owner} adapter must be a number > 0. Got {value!r} instead."
+        )
+    return float(value)
+
+
+def import_httpx(owner: str) -> Any:
+    try:
+        import httpx
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise ImportError(
+            f"The {owner} adapter needs httpx: pip install 'evalstop[service]'"
+        ) from exc
+    return httpx
+
+
+def send(client: httpx.Client, method: str, url: str, *, what: str, **kwargs: Any) -> httpx.Response:
+    """One HTTP call; a transport failure or timeout becomes a retryable :class:`AdapterError`."""
+    httpx = import_httpx("HTTP")
+    try:
+        return client.request(method, url, **kwargs)
+    except httpx.TimeoutException as exc:
+        raise AdapterError(f"{what}: timed out ({type(exc).__name__})", retryable=True) from exc
+    except httpx.TransportError as exc:
+        raise AdapterError(f"{what}: {type(exc).__name__}: {exc}", retryable=True) from exc
+
+
+def fail_for_status(resp: httpx.Response, what: str, *, retry_on: frozenset[int] = RETRYABLE_STATUS) -> None:
+    """Raise for a non-2xx reply: 5xx and ``retry_on`` codes are retryable; 3xx (redirects are
+    not followed: a moved endpoint is a configuration error) and other 4xx are not."""
+    code = resp.status_code
+    if 200 <= code < 300:
+        return
+    retryable = code >= 500 or code in retry_on
+    body = resp.text[:300].replace("\n", " ")
+    raise AdapterError(f"{what}: HTTP {code}: {body}", retryable=retryable)
+
+
+def json_body(resp: httpx.Response, what: str) -> Any:
+    """The decoded JSON reply; anything else (a proxy's HTML page) is a retryable error."""
+    try:
+        return resp.json()
+    except ValueError as exc:
+        raise AdapterError(f"{what}: HTTP {resp.status_code} reply is not JSON: {resp.text[:200]!r}",
+                           retryable=True) from exc
+
+
+def local_path(uri: str) -> Path | None:
+    """The filesystem path behind ``uri`` (a plain path or ``file://``), else None."""
+    parsed = urlparse(uri)
+    if parsed.scheme == "file":
+        return Path(unquote(parsed.path))
+    if parsed.scheme == "" and uri.startswith("/"):
+        return Path(uri)
+    return None
+
+
+def pin_record(job: JobRef, checkpoint_uri: str, adapter: str) -> dict[str, Any]:
+    return {
+        "job_id": job.job_id,
+        "tenant": job.tenant,
+        "external_ref": job.external_ref,
+        "checkpoint_uri": checkpoint_uri,
+        "adapter": adapter,
+        "pinned_at": time.time(),
+    }
+
+
+def write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(payload, fh, indent=1, sort_keys=True)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def already_pinned(path: Path, checkpoint_uri: str) -> bool:
+    try:
+        return bool(json.loads(path.read_text()).get("checkpoint_uri") == checkpoint_uri)
+    except (OSError, ValueError):
+        return False
+
+
+def write_pin_marker(job: JobRef, checkpoint_uri: str, adapter: str, pin_dir: str | None) -> list[Path]:
+    """Write the pin where something can see it; return the marker files (existing ones count).
+
+    A local checkpoint gets ``.evalstop-pin.json`` inside it (or beside it, for a file); with
+    ``pin_dir`` set, ``<pin_dir>/<tenant>/<job_id>.json`` records the pin for any URI scheme.
+    """
+    targets: list[Path] = []
+    path = local_path(checkpoint_uri)
+    if path is not None and path.exists():
+        targets.append(path / PIN_MARKER if path.is_dir() else path.with_name(path.name + PIN_MARKER))
+    if pin_dir:
+        targets.append(Path(pin_dir) / job.tenant / f"{job.job_id}.json")
+    for target in targets:
+        if not already_pinned(target, checkpoint_uri):
+            try:
+                write_json_atomic(target, pin_record(job, checkpoint_uri, adapter))
+            except PermissionError as exc:  # advisory marker: never block a stop on it
+                log.warning("job %s: cannot write pin marker %s: %s", job.job_id, target, exc)
+            except OSError as exc:
+                message = f"pin {checkpoint_uri} for job {job.job_id}: {exc}"
+                raise AdapterError(message, retryable=True) from exc
+    if not targets:
+        log.warning("job %s: checkpoint %s is not local and no pin_dir is set; pin recorded by the "
+                    "service only", job.job_id, checkpoint_uri)
+    return targets

@@ -1,0 +1,89 @@
+"""Ray Jobs: stop a submitted job through the dashboard's Jobs REST API.
+
+Talks plain HTTP (``POST /api/jobs/{id}/stop``, ``GET /api/jobs/{id}``) so the service needs no
+Ray install and no client/cluster version match. With Ray token authentication (``RAY_AUTH_MODE=
+token``, default for local clusters from Ray 2.59) set the ``token`` setting or ``RAY_AUTH_TOKEN``.
+Ray's own stop sends SIGTERM to the entrypoint's process group and SIGKILL after
+``RAY_JOB_STOP_WAIT_TIME_S`` (cluster side, default 3 s).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote
+
+from evalstop.service.adapters._base import AdapterError, EnforcementAdapter, JobRef
+from evalstop.service.adapters._common import (
+    fail_for_status,
+    import_httpx,
+    json_body,
+    send,
+    setting_float,
+    setting_str,
+    write_pin_marker,
+)
+
+log = logging.getLogger("evalstop.service.adapters.ray")
+TERMINAL = frozenset({"STOPPED", "SUCCEEDED", "FAILED"})
+
+
+class RayJobsAdapter(EnforcementAdapter):
+    name = "ray"
+
+    def __init__(self, settings: Mapping[str, Any]) -> None:
+        self.address = setting_str(self.name, settings, "address").rstrip("/")
+        self.timeout_s = setting_float(self.name, settings, "timeout_s", 10.0)
+        self.pin_dir: str | None = settings.get("pin_dir")
+        token = settings.get("token") or os.environ.get("RAY_AUTH_TOKEN")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        httpx = import_httpx(self.name)
+        self._client = httpx.Client(base_url=self.address, timeout=self.timeout_s, headers=headers)
+
+    def __repr__(self) -> str:
+        return f"RayJobsAdapter(address={self.address!r})"
+
+    def _path(self, job: JobRef, suffix: str = "") -> str:
+        if not job.external_ref:
+            raise AdapterError(f"job {job.job_id}: empty Ray submission id", retryable=False)
+        return f"/api/jobs/{quote(job.external_ref, safe='')}{suffix}"
+
+    def status(self, job: JobRef) -> str | None:
+        """The Ray job status (``RUNNING``, ``STOPPED``...), or None if Ray does not know it."""
+        what = f"ray status of job {job.job_id} ({job.external_ref})"
+        resp = send(self._client, "GET", self._path(job), what=what)
+        if resp.status_code == 404:
+            return None
+        fail_for_status(resp, what)
+        reply = json_body(resp, what)
+        status = reply.get("status") if isinstance(reply, dict) else None
+        return str(status) if status is not None else None
+
+    def _stop(self, job: JobRef, verb: str) -> None:
+        what = f"ray {verb} of job {job.job_id} ({job.external_ref})"
+        resp = send(self._client, "POST", self._path(job, "/stop"), what=what)
+        if resp.status_code == 404:
+            log.warning("%s: Ray does not know the job; nothing to stop", what)
+            return
+        fail_for_status(resp, what)
+
+    def pin_checkpoint(self, job: JobRef, checkpoint_uri: str | None) -> None:
+        if checkpoint_uri is not None:
+            write_pin_marker(job, checkpoint_uri, self.name, self.pin_dir)
+
+    def signal(self, job: JobRef) -> None:
+        self._stop(job, "signal")
+
+    def hard_stop(self, job: JobRef) -> None:
+        status = self.status(job)
+        if status is not None and status not in TERMINAL:
+            self._stop(job, "hard stop")
+
+    def is_stopped(self, job: JobRef) -> bool:
+        status = self.status(job)
+        return status is None or status in TERMINAL
+
+    def close(self) -> None:
+        self._client.close()

@@ -1,0 +1,134 @@
+"""Slurm: the standard client commands (``scontrol``, ``scancel``, ``squeue``) of a login node.
+
+Stop sequence: pin = a marker beside a local checkpoint (and ``pin_dir``), plus the job's
+``Comment`` (or ``AdminComment``) set to ``evalstop-pin:<uri>``; signal = cancel it if still
+queued, else ``scancel --signal=TERM --full`` (the batch shell and every step); hard stop =
+``scancel`` (Slurm sends SIGTERM, then SIGKILL after ``KillWait``); reconcile = ``squeue`` no
+longer lists the job or lists it in a terminal state (COMPLETING still holds its nodes). An
+unknown or finished job counts as stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from evalstop.service.adapters._base import AdapterError, EnforcementAdapter, JobRef
+from evalstop.service.adapters._common import setting_float, write_pin_marker
+
+log = logging.getLogger("evalstop.service.adapters.slurm")
+TERMINAL = frozenset({"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL",
+                      "OUT_OF_MEMORY", "PREEMPTED", "REVOKED", "TIMEOUT"})
+GONE_MARKERS = ("Invalid job id", "already finished", "Job/step already completing or completed")
+TRANSIENT_MARKERS = ("Socket timed out", "Unable to contact slurm controller", "Connection refused",
+                     "Slurm backup controller in standby mode", "Resource temporarily unavailable",
+                     "retrying", "can not be altered now", "try again later")
+
+
+@dataclass(frozen=True)
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def classify(what: str, result: Result) -> str:
+    """``ok``, ``gone`` (the job is unknown or finished), or raise :class:`AdapterError`."""
+    if result.returncode == 0 and not any(m in result.stderr for m in GONE_MARKERS):
+        return "ok"
+    text = f"{result.stdout} {result.stderr}"
+    if any(m in text for m in GONE_MARKERS):
+        return "gone"
+    retryable = any(m in text for m in TRANSIENT_MARKERS)
+    detail = result.stderr.strip()[:300]
+    raise AdapterError(f"{what}: exit {result.returncode}: {detail}", retryable=retryable)
+
+
+def slurm_job_id(job: JobRef) -> str:
+    """``external_ref`` checked as a Slurm job id (``1234``, array task ``1234_7``)."""
+    ref = job.external_ref
+    head, _, tail = ref.partition("_")
+    if not head.isdigit() or (tail and not tail.isdigit()):
+        raise AdapterError(f"job {job.job_id}: external_ref must be a Slurm job id like '1234' or "
+                           f"'1234_7', got {ref!r}", retryable=False)
+    return ref
+
+
+def make_slurm_adapter(settings: Mapping[str, Any]) -> EnforcementAdapter:
+    """The registry's ``slurm``: slurmrestd when ``rest_url``/``rest_socket`` is set, else the CLI."""
+    if settings.get("rest_url") or settings.get("rest_socket"):
+        from evalstop.service.adapters._slurm_rest import SlurmRestAdapter
+
+        return SlurmRestAdapter(settings)
+    return SlurmAdapter(settings)
+
+
+class SlurmAdapter(EnforcementAdapter):
+    name = "slurm"
+
+    def __init__(self, settings: Mapping[str, Any]) -> None:
+        self.timeout_s = setting_float(self.name, settings, "timeout_s", 30.0)
+        self.bin_dir: str | None = settings.get("bin_dir")
+        self.pin_dir: str | None = settings.get("pin_dir")
+        self.pin_field = str(settings.get("pin_field", "Comment"))
+        if self.pin_field not in ("Comment", "AdminComment"):
+            raise ValueError(f"The 'pin_field' setting of the slurm adapter must be one of 'AdminComment', "
+                             f"'Comment'. Got {self.pin_field!r} instead.")
+        self._env = dict(os.environ)
+        if settings.get("slurm_conf"):
+            self._env["SLURM_CONF"] = str(settings["slurm_conf"])
+
+    def __repr__(self) -> str:
+        return f"SlurmAdapter(slurm_conf={self._env.get('SLURM_CONF')!r})"
+
+    def run(self, argv: Sequence[str]) -> Result:
+        """Run one Slurm command; a missing binary is permanent, a timeout retryable."""
+        exe = shutil.which(argv[0], path=self.bin_dir) if self.bin_dir else shutil.which(argv[0])
+        if exe is None:
+            raise AdapterError(f"slurm: command {argv[0]!r} not found (bin_dir={self.bin_dir!r})",
+                               retryable=False)
+        try:
+            proc = subprocess.run([exe, *argv[1:]], capture_output=True, text=True, env=self._env,
+                                  timeout=self.timeout_s, check=False)
+        except subprocess.TimeoutExpired as exc:
+            message = f"slurm: {argv[0]} timed out after {self.timeout_s} s"
+            raise AdapterError(message, retryable=True) from exc
+        return Result(proc.returncode, proc.stdout, proc.stderr)
+
+    def _job_id(self, job: JobRef) -> str:
+        return slurm_job_id(job)
+
+    def pin_checkpoint(self, job: JobRef, checkpoint_uri: str | None) -> None:
+        if checkpoint_uri is None:
+            return
+        write_pin_marker(job, checkpoint_uri, self.name, self.pin_dir)
+        argv = ["scontrol", "update", f"JobId={self._job_id(job)}",
+                f"{self.pin_field}=evalstop-pin:{checkpoint_uri}"]
+        if classify(f"slurm pin for job {job.job_id}", self.run(argv)) == "gone":
+            log.info("slurm pin for job %s: job already finished; marker files only", job.job_id)
+
+    def signal(self, job: JobRef) -> None:
+        # A queued job holds nothing and has nothing to save: cancel it. (Signalling a PENDING
+        # job makes scancel retry "Job can not be altered now" for ever.) Then SIGTERM the rest.
+        job_id, what = self._job_id(job), f"slurm signal for job {job.job_id}"
+        classify(what, self.run(["scancel", "--state=PENDING", job_id]))
+        classify(what, self.run(["scancel", "--signal=TERM", "--full", "--state=RUNNING", job_id]))
+
+    def hard_stop(self, job: JobRef) -> None:
+        classify(f"slurm hard stop for job {job.job_id}", self.run(["scancel", self._job_id(job)]))
+
+    def states(self, job: JobRef) -> list[str]:
+        """The job's states as squeue reports them (one per array task); empty once forgotten."""
+        argv = ["squeue", "--noheader", "--states=all", "--jobs", self._job_id(job), "--format=%T"]
+        result = self.run(argv)
+        if classify(f"slurm reconcile for job {job.job_id}", result) == "gone":
+            return []
+        return result.stdout.split()
+
+    def is_stopped(self, job: JobRef) -> bool:
+        return all(state in TERMINAL for state in self.states(job))

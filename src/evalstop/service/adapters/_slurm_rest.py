@@ -1,0 +1,100 @@
+"""Slurm through ``slurmrestd``: the same stop sequence as the CLI adapter, over its REST API.
+
+Settings: ``rest_url`` (``http://host:6820``) or ``rest_socket`` (a unix socket, for
+``rest_auth/local``); ``user`` + ``token`` for JWT auth (``X-SLURM-USER-NAME`` /
+``X-SLURM-USER-TOKEN``); ``api_version`` (default ``v0.0.38``, Slurm 22.05); ``pin_dir``.
+slurmrestd reports failures as HTTP 500 with an ``errors`` list; they are classified like the
+CLI's messages (unknown or finished job = gone, "can not be altered now" = retryable).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from evalstop.service.adapters._base import AdapterError, EnforcementAdapter, JobRef
+from evalstop.service.adapters._common import (
+    fail_for_status,
+    import_httpx,
+    json_body,
+    send,
+    setting_float,
+    setting_str,
+    write_pin_marker,
+)
+from evalstop.service.adapters._slurm import TERMINAL, Result, classify, slurm_job_id
+
+
+class SlurmRestAdapter(EnforcementAdapter):
+    name = "slurm"
+
+    def __init__(self, settings: Mapping[str, Any]) -> None:
+        self.api_version = setting_str(self.name, settings, "api_version", "v0.0.38")
+        self.timeout_s = setting_float(self.name, settings, "timeout_s", 30.0)
+        self.pin_dir: str | None = settings.get("pin_dir")
+        httpx = import_httpx(self.name)
+        headers = {}
+        if settings.get("token"):
+            headers = {"X-SLURM-USER-NAME": setting_str(self.name, settings, "user"),
+                       "X-SLURM-USER-TOKEN": str(settings["token"])}
+        if settings.get("rest_socket"):
+            self.base = "http://slurmrestd"
+            transport = httpx.HTTPTransport(uds=str(settings["rest_socket"]))
+        else:
+            self.base = setting_str(self.name, settings, "rest_url").rstrip("/")
+            transport = None
+        self._client = httpx.Client(base_url=self.base, transport=transport, headers=headers,
+                                    timeout=self.timeout_s)
+
+    def __repr__(self) -> str:
+        return f"SlurmRestAdapter(base={self.base!r}, api_version={self.api_version!r})"
+
+    def _call(self, method: str, job: JobRef, what: str, **kwargs: Any) -> tuple[str, Any]:
+        """``("ok", body)`` or ``("gone", body)``; raise for anything else."""
+        path = f"/slurm/{self.api_version}/job/{slurm_job_id(job)}"
+        resp = send(self._client, method, path, what=what, **kwargs)
+        if resp.status_code not in (200, 500):
+            fail_for_status(resp, what)
+        body = json_body(resp, what)
+        errors = (body.get("errors") or []) if isinstance(body, dict) else []
+        text = "; ".join(f"{e.get('error', '')}: {e.get('description', '')}" for e in errors
+                         if isinstance(e, dict))
+        if resp.status_code == 500 and not errors:
+            raise AdapterError(f"{what}: HTTP 500 without an error list", retryable=True)
+        return classify(what, Result(1 if errors else 0, "", text)), body
+
+    def states(self, job: JobRef) -> list[str]:
+        """The job's states (one per array task); empty once Slurm has forgotten it."""
+        outcome, body = self._call("GET", job, f"slurm reconcile for job {job.job_id}")
+        if outcome == "gone":
+            return []
+        states = []
+        for entry in body.get("jobs", []):
+            state = entry.get("job_state")  # a string up to v0.0.39, a list of flags after
+            states.append(str(state[0] if isinstance(state, list) and state else state))
+        return states
+
+    def pin_checkpoint(self, job: JobRef, checkpoint_uri: str | None) -> None:
+        if checkpoint_uri is None:
+            return
+        write_pin_marker(job, checkpoint_uri, self.name, self.pin_dir)
+        self._call("POST", job, f"slurm pin for job {job.job_id}",
+                   json={"comment": f"evalstop-pin:{checkpoint_uri}"})
+
+    def signal(self, job: JobRef) -> None:
+        states = self.states(job)
+        if all(s in TERMINAL for s in states):
+            return
+        if all(s == "PENDING" for s in states):  # queued: nothing to save, cancel it outright
+            self._call("DELETE", job, f"slurm signal for job {job.job_id}")
+        else:
+            self._call("DELETE", job, f"slurm signal for job {job.job_id}", params={"signal": "TERM"})
+
+    def hard_stop(self, job: JobRef) -> None:
+        self._call("DELETE", job, f"slurm hard stop for job {job.job_id}", params={"signal": "KILL"})
+
+    def is_stopped(self, job: JobRef) -> bool:
+        return all(state in TERMINAL for state in self.states(job))
+
+    def close(self) -> None:
+        self._client.close()

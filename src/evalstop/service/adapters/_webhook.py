@@ -1,0 +1,109 @@
+"""Generic webhook: POST each action, HMAC-signed, to an operator-configured URL.
+
+Request body (JSON): ``{"action": "pin"|"signal"|"hard_stop"|"status", "job_id", "tenant",
+"external_ref", "options", "checkpoint_uri"}``. Headers: ``X-EvalStop-Timestamp`` (unix seconds),
+``X-EvalStop-Signature: sha256=<hex HMAC-SHA256(secret, "<timestamp>.<body>")>`` and
+``Idempotency-Key`` (same key for a repeated action). Replies: 2xx done (``status`` answers
+``{"stopped": bool}``); 404/410 the receiver no longer knows the job (counts as stopped);
+409 already in that state (success); other 4xx a permanent error; 5xx, 408, 429 and timeouts are
+retryable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from evalstop.service.adapters._base import AdapterError, EnforcementAdapter, JobRef
+from evalstop.service.adapters._common import (
+    fail_for_status,
+    import_httpx,
+    send,
+    setting_float,
+    setting_str,
+)
+
+SIGNATURE_HEADER = "X-EvalStop-Signature"
+TIMESTAMP_HEADER = "X-EvalStop-Timestamp"
+GONE = frozenset({404, 410})
+
+
+def sign(secret: str, timestamp: str, body: bytes) -> str:
+    mac = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256)
+    return "sha256=" + mac.hexdigest()
+
+
+def verify_signature(
+    secret: str, timestamp: str, body: bytes, signature: str, *, max_age_s: float = 300.0,
+    now: float | None = None,
+) -> bool:
+    """For receivers: True if ``signature`` is valid and ``timestamp`` is fresh."""
+    try:
+        age = (time.time() if now is None else now) - float(timestamp)
+    except ValueError:
+        return False
+    return abs(age) <= max_age_s and hmac.compare_digest(sign(secret, timestamp, body), signature)
+
+
+class WebhookAdapter(EnforcementAdapter):
+    name = "webhook"
+
+    def __init__(self, settings: Mapping[str, Any]) -> None:
+        self.url = setting_str(self.name, settings, "url")
+        self._secret = setting_str(self.name, settings, "secret")
+        self.timeout_s = setting_float(self.name, settings, "timeout_s", 5.0)
+        httpx = import_httpx(self.name)
+        self._client = httpx.Client(timeout=self.timeout_s)
+
+    def __repr__(self) -> str:  # never show the secret
+        return f"WebhookAdapter(url={self.url!r})"
+
+    def _post(self, job: JobRef, action: str, checkpoint_uri: str | None = None) -> Any:
+        payload = {
+            "action": action, "job_id": job.job_id, "tenant": job.tenant,
+            "external_ref": job.external_ref, "options": dict(job.options),
+            "checkpoint_uri": checkpoint_uri,
+        }
+        body = json.dumps(payload, sort_keys=True).encode()
+        ts = str(int(time.time()))
+        key = f"{job.job_id}:{action}" + (f":{checkpoint_uri}" if checkpoint_uri else "")
+        headers = {
+            "Content-Type": "application/json", TIMESTAMP_HEADER: ts,
+            SIGNATURE_HEADER: sign(self._secret, ts, body), "Idempotency-Key": key,
+        }
+        what = f"webhook {action} for job {job.job_id}"
+        resp = send(self._client, "POST", self.url, what=what, content=body, headers=headers)
+        if resp.status_code in GONE:
+            return {"stopped": True, "gone": True}
+        if resp.status_code == 409:
+            return {}
+        fail_for_status(resp, what)
+        try:
+            return resp.json()
+        except ValueError:
+            return {}
+
+    def pin_checkpoint(self, job: JobRef, checkpoint_uri: str | None) -> None:
+        if checkpoint_uri is not None:
+            self._post(job, "pin", checkpoint_uri)
+
+    def signal(self, job: JobRef) -> None:
+        self._post(job, "signal")
+
+    def hard_stop(self, job: JobRef) -> None:
+        self._post(job, "hard_stop")
+
+    def is_stopped(self, job: JobRef) -> bool:
+        reply = self._post(job, "status")
+        stopped = reply.get("stopped") if isinstance(reply, dict) else None
+        if not isinstance(stopped, bool):
+            raise AdapterError(f"webhook status for job {job.job_id}: reply lacks a boolean "
+                               f"'stopped': {reply!r}", retryable=False)
+        return stopped
+
+    def close(self) -> None:
+        self._client.close()

@@ -1,0 +1,131 @@
+"""The app factory: ``create_app(settings)`` builds one service; nothing happens at import."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .context import ServiceContext
+from .errors import DomainError
+from .routes import ops, router
+from .settings import ServiceSettings
+
+log = logging.getLogger("evalstop.service")
+
+
+def create_app(settings: ServiceSettings | None = None) -> FastAPI:
+    """A ready app: store opened (tables created), worker started with the app's lifespan."""
+    settings = settings or ServiceSettings()
+    ctx = ServiceContext.build(settings)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        if settings.run_worker:
+            ctx.worker.start()
+        try:
+            yield
+        finally:
+            ctx.worker.stop()
+            ctx.adapters.close()
+            ctx.store.dispose()
+
+    app = FastAPI(title="EvalStop", version="1", lifespan=lifespan,
+                  description="Stop reward-hacked jobs: push eval scores, get decisions, stops enforced.")
+    app.state.ctx = ctx
+    app.include_router(router)
+    app.include_router(ops)
+    app.add_exception_handler(DomainError, _domain_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(OperationalError, _database_error)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    return app
+
+
+async def _domain_error(_request: Request, exc: Exception) -> JSONResponse:
+    status = exc.status_code if isinstance(exc, DomainError) else 400
+    return JSONResponse({"detail": str(exc)}, status_code=status)
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    """422 naming each bad field. The bad input is not echoed: it may be NaN (not JSON) or a secret.
+    A body sent as anything but JSON is a 415 that says so."""
+    errors = exc.errors() if isinstance(exc, RequestValidationError) else []
+    content_type = request.headers.get("content-type", "")
+    if "json" not in content_type and any(e["loc"][:1] == ("body",) for e in errors):
+        hint = f"Send the body as JSON with 'Content-Type: application/json' (got {content_type!r})."
+        return JSONResponse({"detail": hint}, status_code=415)
+    detail = [{"loc": _loc(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in errors]
+    return JSONResponse({"detail": detail}, status_code=422)
+
+
+def _loc(loc: Any) -> list[Any]:
+    """Drop the union tags ("one"/"batch") pydantic puts in the path of the scores body."""
+    parts = list(loc)
+    if len(parts) > 1 and parts[0] == "body" and parts[1] in ("one", "batch"):
+        del parts[1]
+    return parts
+
+
+async def _database_error(_request: Request, exc: Exception) -> JSONResponse:
+    log.error("database error: %s", type(exc).__name__)
+    return JSONResponse({"detail": "Database unavailable; retry later."}, status_code=503,
+                        headers={"Retry-After": "1"})
+
+
+class BodyLimit:
+    """Refuse request bodies over ``max_bytes`` with 413, whether or not Content-Length is sent."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
+            await self._refuse(send)
+            return
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await self._refuse(send)
+                return
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        await self.app(scope, _replay(b"".join(chunks), receive), send)
+
+    async def _refuse(self, send: Send) -> None:
+        detail = f"Request body larger than {self.max_bytes} bytes."
+        response = JSONResponse({"detail": detail}, status_code=413)
+        await response({"type": "http"}, _no_receive, send)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+async def _no_receive() -> Any:
+    return {"type": "http.disconnect"}

@@ -1,0 +1,196 @@
+"""HTTP routes: authentication, parsing and status codes only; the domain layer does the work."""
+
+from __future__ import annotations
+
+import hmac
+import time
+from dataclasses import asdict, dataclass
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
+
+from . import domain
+from .context import ServiceContext
+from .errors import Forbidden
+from .ingest import ScoreIn as DomainScore
+from .schemas import (
+    DecisionOut,
+    IngestOut,
+    JobIn,
+    JobOut,
+    OverrideIn,
+    ScoreBatch,
+    ScoreOut,
+    ScoresBody,
+    TenantCreated,
+    TenantIn,
+    TenantOut,
+    Toggle,
+)
+
+MAX_INT = 2**62  # fits SQLite INTEGER and PostgreSQL BIGINT
+bearer = HTTPBearer(auto_error=False, description="A tenant's API token, or the operator (admin) token.")
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who calls: an operator (``tenant`` None, sees everything) or one tenant."""
+
+    tenant: str | None
+
+    @property
+    def admin(self) -> bool:
+        return self.tenant is None
+
+
+async def get_ctx(request: Request) -> ServiceContext:
+    ctx: ServiceContext = request.app.state.ctx
+    return ctx
+
+
+Ctx = Annotated[ServiceContext, Depends(get_ctx)]
+
+
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+
+
+async def get_principal(ctx: Ctx, creds: Credentials) -> Principal:
+    unauthorized = HTTPException(401, "Missing or invalid API token: send 'Authorization: Bearer <token>'.",
+                                 headers={"WWW-Authenticate": "Bearer"})
+    if creds is None or not creds.credentials:
+        raise unauthorized
+    admin = ctx.settings.admin_token
+    given = creds.credentials.encode()
+    if admin is not None and hmac.compare_digest(given, admin.get_secret_value().encode()):
+        return Principal(None)
+    tenant = ctx.tokens.get(creds.credentials)
+    if tenant is None:
+        tenant = await run_in_threadpool(domain.tenant_for_token, ctx.store, creds.credentials)
+        if tenant is not None:
+            ctx.tokens.put(creds.credentials, tenant)
+    if tenant is None:
+        raise unauthorized
+    return Principal(tenant)
+
+
+Caller = Annotated[Principal, Depends(get_principal)]
+router = APIRouter(prefix="/v1")
+
+
+@router.post("/tenants", status_code=201, response_model=TenantCreated, tags=["operators"])
+def create_tenant(body: TenantIn, ctx: Ctx, who: Caller) -> dict[str, Any]:
+    domain.require_admin(who.tenant, "create tenants")
+    record, token = domain.create_tenant(ctx.store, body.name, shadow=body.shadow)
+    return {**record, "token": token}
+
+
+@router.get("/tenants", response_model=list[TenantOut], tags=["operators"])
+def list_tenants(ctx: Ctx, who: Caller) -> list[dict[str, Any]]:
+    domain.require_admin(who.tenant, "list tenants")
+    return domain.list_tenants(ctx.store)
+
+
+@router.put("/tenants/{name}/shadow", response_model=TenantOut, tags=["operators"])
+def set_tenant_shadow(name: str, body: Toggle, ctx: Ctx, who: Caller) -> dict[str, Any]:
+    domain.require_admin(who.tenant, "change a tenant's shadow mode")
+    domain.set_tenant_shadow(ctx.store, name, body.enabled)
+    return next(t for t in domain.list_tenants(ctx.store) if t["name"] == name)
+
+
+@router.post("/jobs", status_code=201, response_model=JobOut, tags=["jobs"])
+def register_job(body: JobIn, ctx: Ctx, who: Caller) -> dict[str, Any]:
+    owner = body.tenant or who.tenant
+    if owner is None:
+        raise HTTPException(422, "tenant: operators must name the tenant that owns the job.")
+    if who.tenant is not None and owner != who.tenant:
+        raise Forbidden(f"A token of tenant {who.tenant!r} cannot register jobs for tenant {owner!r}.")
+    spec = domain.JobSpec(**body.model_dump(exclude={"tenant"}))
+    return domain.register_job(ctx.store, owner, spec, ctx.adapters.check)
+
+
+@router.get("/jobs", response_model=list[JobOut], tags=["jobs"])
+def list_jobs(
+    ctx: Ctx, who: Caller, limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    offset: Annotated[int, Query(ge=0, le=MAX_INT)] = 0,
+) -> list[dict[str, Any]]:
+    return domain.list_jobs(ctx.store, who.tenant, limit=limit, offset=offset)
+
+
+@router.get("/jobs/{job_id}", response_model=JobOut, tags=["jobs"])
+def get_job(job_id: str, ctx: Ctx, who: Caller) -> dict[str, Any]:
+    return domain.get_job(ctx.store, job_id, who.tenant)
+
+
+@router.post("/jobs/{job_id}/scores", response_model=IngestOut, tags=["scores"])
+def post_scores(job_id: str, body: ScoresBody, ctx: Ctx, who: Caller) -> dict[str, Any]:
+    items = body.scores if isinstance(body, ScoreBatch) else [body]
+    scores = [DomainScore(**item.model_dump()) for item in items]
+    started = time.perf_counter()
+    result = domain.ingest_scores(ctx.store, job_id, who.tenant, scores)
+    ctx.metrics.ingest_latency.observe(time.perf_counter() - started)
+    ctx.metrics.scores_ingested.inc(result.accepted)
+    if result.decided_now:
+        ctx.metrics.decisions.labels(source="detector", shadow=str(result.shadow_stop).lower()).inc()
+    return asdict(result)
+
+
+@router.get("/jobs/{job_id}/scores", response_model=list[ScoreOut], tags=["scores"])
+def list_scores(
+    job_id: str, ctx: Ctx, who: Caller, metric: Annotated[str | None, Query(max_length=200)] = None,
+    after_step: Annotated[int, Query(ge=-1, le=MAX_INT)] = -1,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+) -> list[dict[str, Any]]:
+    return domain.list_scores(ctx.store, job_id, who.tenant, metric=metric, after_step=after_step,
+                              limit=limit)
+
+
+@router.get("/jobs/{job_id}/decisions", response_model=list[DecisionOut], tags=["decisions"])
+def list_decisions(job_id: str, ctx: Ctx, who: Caller) -> list[dict[str, Any]]:
+    return domain.list_decisions(ctx.store, job_id, who.tenant)
+
+
+@router.put("/jobs/{job_id}/override", response_model=JobOut, tags=["decisions"])
+def set_override(job_id: str, body: OverrideIn, ctx: Ctx, who: Caller) -> dict[str, Any]:
+    before = domain.get_job(ctx.store, job_id, who.tenant)["state"]
+    job = domain.set_override(ctx.store, job_id, who.tenant, body.override)
+    if body.override == "stop_now" and before == "running":
+        ctx.metrics.decisions.labels(source="override", shadow="false").inc()
+    return job
+
+
+@router.put("/jobs/{job_id}/shadow", response_model=JobOut, tags=["decisions"])
+def set_job_shadow(job_id: str, body: Toggle, ctx: Ctx, who: Caller) -> dict[str, Any]:
+    return domain.set_job_shadow(ctx.store, job_id, who.tenant, body.enabled)
+
+
+ops = APIRouter(tags=["operations"])
+
+
+@ops.get("/healthz")
+def healthz() -> dict[str, str]:
+    """The process answers."""
+    return {"status": "ok"}
+
+
+@ops.get("/readyz")
+def readyz(ctx: Ctx, response: Response) -> dict[str, Any]:
+    """The database answers and, if enabled, the outbox worker runs."""
+    checks: dict[str, str] = {}
+    try:
+        ctx.store.ping()
+        checks["database"] = "ok"
+    except Exception as exc:  # any failure means not ready; say which kind, never the URL
+        checks["database"] = f"unavailable ({type(exc).__name__})"
+    if ctx.settings.run_worker:
+        checks["worker"] = "ok" if ctx.worker.alive else "not running"
+    ready = all(v == "ok" for v in checks.values())
+    response.status_code = 200 if ready else 503
+    return {"status": "ready" if ready else "not ready", "checks": checks}
+
+
+@ops.get("/metrics", response_class=Response)
+def metrics(ctx: Ctx) -> Response:
+    """Prometheus text exposition."""
+    return Response(ctx.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")

@@ -1,0 +1,156 @@
+"""Request and response bodies of the HTTP API (pydantic). Routes convert them to domain calls."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictInt, Tag
+
+from ..detectors import DEFAULT_SPEC
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+
+
+class Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class TenantIn(Body):
+    name: str = Field(pattern=NAME_PATTERN, description="Tenant name: letters, digits, '.', '_', '-'.")
+    shadow: bool = False
+
+
+class TenantOut(BaseModel):
+    name: str
+    shadow: bool
+    created_at: float
+
+
+class TenantCreated(TenantOut):
+    token: str = Field(description="The tenant's API token. Shown once; only its hash is stored.")
+
+
+class Toggle(Body):
+    enabled: bool
+
+
+class OverrideIn(Body):
+    override: Literal["never_stop", "stop_now"] | None
+
+
+class JobIn(Body):
+    external_ref: str = Field(min_length=1, max_length=500,
+                              description="The job's id on the system that runs it.")
+    target: str = Field(pattern=NAME_PATTERN, description="Enforcement adapter name (ray, slurm, ...).")
+    target_options: dict[str, Any] = Field(default_factory=dict)
+    name: str = Field(default="", max_length=200)
+    tenant: str | None = Field(default=None, pattern=NAME_PATTERN,
+                               description="Operators only: the tenant that owns the job.")
+    detector: str = Field(default=DEFAULT_SPEC, min_length=1, max_length=500)
+    metric: str = Field(default="score", min_length=1, max_length=200)
+    mode: Literal["max", "min"] = "max"
+    grace_period_s: FiniteFloat = Field(default=60.0, ge=0, le=86_400)
+    gpus: StrictInt = Field(default=1, ge=1, le=1_000_000)
+    expected_duration_s: FiniteFloat | None = Field(default=None, gt=0, le=1e8)
+    shadow: bool = False
+
+
+class Delivery(BaseModel):
+    phase: str
+    attempts: int
+    last_error: str | None
+    delivered_at: float | None
+
+
+class JobOut(BaseModel):
+    id: str
+    tenant: str
+    name: str
+    external_ref: str
+    target: str
+    target_options: dict[str, Any]
+    detector: str
+    metric: str
+    mode: str
+    grace_period_s: float
+    gpus: int
+    expected_duration_s: float | None
+    shadow: bool
+    override: str | None
+    state: str
+    created_at: float
+    stopped_at: float | None
+    n_evals: int = 0
+    last_step: int | None = None
+    deliveries: list[Delivery] = Field(default_factory=list)
+
+
+class ScoreIn(Body):
+    step: StrictInt = Field(ge=0, description="Training step of the eval; increasing per metric.")
+    value: FiniteFloat
+    checkpoint_uri: str | None = Field(default=None, max_length=2000)
+    ts: FiniteFloat | None = None
+    metric: str | None = Field(default=None, min_length=1, max_length=200,
+                               description="Defaults to the job's watched metric.")
+    progress: FiniteFloat | None = Field(default=None, ge=0, le=1)
+    loss: FiniteFloat | None = None
+
+
+class ScoreBatch(Body):
+    scores: list[ScoreIn]
+
+
+def _body_kind(value: Any) -> str:
+    if isinstance(value, ScoreBatch) or (isinstance(value, dict) and "scores" in value):
+        return "batch"
+    return "one"
+
+
+ScoresBody = Annotated[
+    Annotated[ScoreIn, Tag("one")] | Annotated[ScoreBatch, Tag("batch")], Discriminator(_body_kind)
+]
+
+
+class ScoreOut(BaseModel):
+    metric: str
+    step: int
+    value: float
+    checkpoint_uri: str | None
+    progress: float | None
+    loss: float | None
+    ts: float | None
+    received_at: float
+
+
+class IngestOut(BaseModel):
+    job_id: str
+    accepted: int = Field(description="Scores newly stored.")
+    duplicates: int = Field(description="Scores already stored with the same value (no-ops).")
+    decision: Literal["continue", "stop"]
+    state: str
+    reason: str
+    decided_now: bool
+    shadow_stop: bool = Field(description="A stop was decided in shadow mode (recorded, not enforced).")
+    stop_step: int | None
+    n_evals: int
+    best_step: int | None
+    best_score: float | None
+    best_checkpoint_uri: str | None
+
+
+class DecisionOut(BaseModel):
+    id: int
+    job_id: str
+    source: str
+    decision: str
+    shadow: bool
+    enforced: bool
+    reason: str
+    detector: str
+    step: int | None
+    n_evals: int
+    best_step: int | None
+    best_score: float | None
+    best_checkpoint_uri: str | None
+    created_at: float

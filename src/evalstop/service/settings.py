@@ -1,0 +1,66 @@
+"""Service configuration: one validated object, read from ``EVALSTOP_*`` environment variables
+or passed to :func:`evalstop.service.app.create_app` directly. Nothing is read at import time."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ServiceSettings(BaseSettings):
+    """Everything the service needs to run. Secrets are ``SecretStr`` so they never print."""
+
+    model_config = SettingsConfigDict(env_prefix="EVALSTOP_", extra="forbid", frozen=True)
+
+    database_url: str = "sqlite:///evalstop.db"
+    #: Operator token (create tenants, see and change every job). None disables admin routes.
+    admin_token: SecretStr | None = None
+    #: ``FULL``: every acknowledged write survives power loss; ``NORMAL`` (WAL): survives a crash
+    #: of the process, the last commits may be lost on power loss.
+    sqlite_synchronous: Literal["FULL", "NORMAL"] = "FULL"
+    #: Commit concurrent ingests together (one fsync for many requests; each in its own savepoint).
+    sqlite_group_commit: bool = True
+    max_body_bytes: int = Field(default=1_048_576, ge=1024)
+    max_batch: int = Field(default=1000, ge=1)
+    max_step: int = Field(default=10**12, ge=1)
+    max_history: int = Field(default=100_000, ge=10)
+    run_worker: bool = True
+    worker_poll_s: float = Field(default=0.1, gt=0, le=60)
+    worker_lease_s: float = Field(default=30.0, gt=0)
+    worker_max_attempts: int = Field(default=8, ge=1)
+    backoff_base_s: float = Field(default=0.5, gt=0)
+    backoff_max_s: float = Field(default=60.0, gt=0)
+    #: Adapters outside the built-in registry: ``{"name": "package.module:factory"}``; the factory
+    #: is called with that adapter's settings as keyword arguments.
+    adapter_plugins: dict[str, str] = Field(default_factory=dict)
+    #: Per-adapter settings, ``{"ray": {"address": "..."}}``, handed to the adapter factory.
+    adapter_settings: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @field_validator("database_url")
+    @classmethod
+    def _known_backend(cls, value: str) -> str:
+        if not value.startswith(("sqlite:", "sqlite+", "postgresql:", "postgresql+")):
+            raise ValueError(
+                f"database_url must be a sqlite:/// or postgresql:// URL. Got {_redact(value)!r} instead."
+            )
+        return value
+
+    @field_validator("adapter_plugins")
+    @classmethod
+    def _plugin_paths(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, path in value.items():
+            module, sep, attr = path.partition(":")
+            if not (sep and module and attr):
+                raise ValueError(f"adapter plugin {name!r} must be 'module:factory'. Got {path!r} instead.")
+        return value
+
+
+def _redact(url: str) -> str:
+    """``scheme://user:secret@host`` -> ``scheme://user:***@host``: never echo a password."""
+    scheme, sep, rest = url.partition("://")
+    creds, at, host = rest.rpartition("@")
+    if not (sep and at) or ":" not in creds:
+        return url
+    return f"{scheme}://{creds.split(':', 1)[0]}:***@{host}"

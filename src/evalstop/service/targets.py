@@ -1,0 +1,75 @@
+"""Find the enforcement adapter for a job's target name.
+
+Plugins named in the settings (``{"name": "module:factory"}``) come first; every other name goes
+to the built-in registry, ``evalstop.service.adapters.get_adapter(name, settings)``. One adapter
+instance per name, built on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from .adapters._base import EnforcementAdapter
+from .errors import InvalidInput
+
+
+class UnknownTarget(LookupError):
+    """No adapter answers to this name."""
+
+
+class AdapterRegistry:
+    def __init__(
+        self,
+        plugins: Mapping[str, str] | None = None,
+        settings: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
+        self.plugins = dict(plugins or {})
+        self.settings = {k: dict(v) for k, v in (settings or {}).items()}
+        self._cache: dict[str, EnforcementAdapter] = {}
+        self._lock = threading.Lock()
+
+    def get(self, name: str) -> EnforcementAdapter:
+        with self._lock:
+            adapter = self._cache.get(name)
+            if adapter is None:
+                adapter = self._cache[name] = self._build(name)
+            return adapter
+
+    def close(self) -> None:
+        """Let every adapter built so far release what it holds (connection pools)."""
+        with self._lock:
+            adapters, self._cache = list(self._cache.values()), {}
+        for adapter in adapters:
+            close = getattr(adapter, "close", None)
+            if callable(close):
+                close()
+
+    def check(self, name: str) -> None:
+        """Raise InvalidInput naming ``name`` when no adapter can be built for it."""
+        try:
+            self.get(name)
+        except UnknownTarget as exc:
+            raise InvalidInput(f"target: {exc}") from None
+
+    def _build(self, name: str) -> EnforcementAdapter:
+        options = self.settings.get(name, {})
+        if name in self.plugins:
+            module, _, attr = self.plugins[name].partition(":")
+            adapter = getattr(importlib.import_module(module), attr)(**options)
+        else:
+            adapters = importlib.import_module("evalstop.service.adapters")
+            get_adapter = getattr(adapters, "get_adapter", None)
+            if get_adapter is None:
+                raise UnknownTarget(
+                    f"Unknown enforcement target {name!r}: no built-in adapters are installed "
+                    f"and no plugin has this name (plugins: {sorted(self.plugins)}).")
+            try:
+                adapter = get_adapter(name, options)
+            except (KeyError, ValueError) as exc:
+                raise UnknownTarget(f"Unknown enforcement target {name!r}: {exc}") from None
+        if not isinstance(adapter, EnforcementAdapter):
+            raise UnknownTarget(f"Target {name!r} did not build an EnforcementAdapter (got {type(adapter)}).")
+        return adapter

@@ -1,0 +1,212 @@
+"""The outbox worker: delivers each decided stop through the job's adapter.
+
+Each outbox row walks ``pin -> signal -> grace -> hard_stop -> reconcile -> done``. Every phase
+change is committed before the next adapter call, so after a crash the row resumes where it
+stopped; an adapter call may repeat, which the contract allows (every call is idempotent and
+"already stopped" is success), so each stop takes effect once. A row is claimed with a lease
+(compare-and-set on ``lease_until``) so several workers, or a restarted one, never run it at
+the same time. Retryable errors back off exponentially; after ``max_attempts``, or on a
+non-retryable error, the row is ``failed`` and the job ``stop_failed``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import RowMapping
+
+from .adapters._base import AdapterError, EnforcementAdapter, JobRef
+from .metrics import ServiceMetrics
+from .store import Store, decisions, jobs, outbox
+from .targets import AdapterRegistry, UnknownTarget
+
+log = logging.getLogger("evalstop.service.worker")
+TERMINAL = ("done", "failed")
+GRACE_POLL_S = 1.0
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_attempts: int = 8
+    base_s: float = 0.5
+    max_s: float = 60.0
+
+    def delay(self, attempts: int) -> float:
+        return float(min(self.max_s, self.base_s * 2 ** max(attempts - 1, 0)))
+
+
+class Worker:
+    def __init__(
+        self, store: Store, adapters: AdapterRegistry, *, retry: RetryPolicy | None = None,
+        lease_s: float = 30.0, poll_s: float = 0.1, metrics: ServiceMetrics | None = None,
+    ) -> None:
+        self.store, self.adapters, self.metrics = store, adapters, metrics
+        self.retry = retry or RetryPolicy()
+        self.lease_s, self.poll_s = lease_s, poll_s
+        self.owner = uuid.uuid4().hex
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- thread -------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="evalstop-worker", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                busy = self.run_once()
+            except Exception:  # a bug or a lost database: log it, keep the worker alive
+                log.exception("outbox worker pass failed")
+                busy = 0
+            if not busy:
+                self._stop.wait(self.poll_s)
+
+    # -- one pass -----------------------------------------------------------------------------
+    def run_once(self, limit: int = 20) -> int:
+        """Claim the due rows and advance each as far as it can go now; return how many."""
+        done = 0
+        for row_id in self._due(limit):
+            if self._claim(row_id):
+                self._advance(row_id)
+                done += 1
+        return done
+
+    def _due(self, limit: int) -> list[int]:
+        now = self.store.clock()
+        query = (sa.select(outbox.c.id)
+                 .where(outbox.c.phase.not_in(TERMINAL), outbox.c.next_attempt_at <= now,
+                        sa.or_(outbox.c.lease_until.is_(None), outbox.c.lease_until < now))
+                 .order_by(outbox.c.next_attempt_at).limit(limit))
+        with self.store.engine.connect() as conn:
+            return [int(r) for r in conn.execute(query).scalars()]
+
+    def _claim(self, row_id: int) -> bool:
+        now = self.store.clock()
+        with self.store.transaction() as conn:
+            result = conn.execute(
+                outbox.update().where(outbox.c.id == row_id,
+                                      sa.or_(outbox.c.lease_until.is_(None), outbox.c.lease_until < now))
+                .values(lease_until=now + self.lease_s, lease_owner=self.owner))
+            return bool(result.rowcount == 1)
+
+    def _advance(self, row_id: int) -> None:
+        row, job, uri = self._load(row_id)
+        ref = JobRef(job["id"], job["tenant"], job["external_ref"], dict(job["target_options"] or {}))
+        phase = row["phase"]
+        try:
+            adapter = self.adapters.get(job["target"])
+            while phase not in TERMINAL:
+                phase, wait_until = self._step(phase, adapter, ref, row, job, uri)
+                self._save(row_id, phase, wait_until)
+                if wait_until is not None:
+                    return
+        except (AdapterError, UnknownTarget) as exc:
+            self._failed_attempt(row_id, row, job, exc)
+        except Exception as exc:  # an adapter bug: say so loudly, count it, retry like a transient error
+            log.exception("adapter %r raised an unexpected error for job %s", job["target"], job["id"])
+            self._failed_attempt(row_id, row, job, AdapterError(f"unexpected {exc!r}", retryable=True))
+
+    def _step(
+        self, phase: str, adapter: EnforcementAdapter, ref: JobRef, row: RowMapping, job: RowMapping,
+        uri: str | None,
+    ) -> tuple[str, float | None]:
+        """Run one phase; return the next phase and, if it must wait, until when."""
+        now = self.store.clock()
+        if phase == "pin":
+            adapter.pin_checkpoint(ref, uri)
+            return "signal", None
+        if phase == "signal":
+            adapter.signal(ref)
+            self._set(row["id"], signalled_at=now)
+            if adapter.is_stopped(ref):
+                return "reconcile", None
+            return "grace", now + min(float(job["grace_period_s"]), GRACE_POLL_S)
+        if phase == "grace":
+            deadline = self._signalled_at(row["id"]) + float(job["grace_period_s"])
+            if adapter.is_stopped(ref):
+                return "reconcile", None
+            return ("hard_stop", None) if now >= deadline else ("grace", min(deadline, now + GRACE_POLL_S))
+        if phase == "hard_stop":
+            adapter.hard_stop(ref)
+            return "reconcile", None
+        if phase == "reconcile":
+            if adapter.is_stopped(ref):
+                self._delivered(row["id"], job, now)
+                return "done", None
+            raise AdapterError(f"job {ref.external_ref!r} still holds its resources after hard_stop",
+                               retryable=True)
+        raise RuntimeError(f"outbox row {row['id']} has unknown phase {phase!r}")
+
+    # -- persistence --------------------------------------------------------------------------
+    def _load(self, row_id: int) -> tuple[RowMapping, RowMapping, str | None]:
+        with self.store.engine.connect() as conn:
+            row = conn.execute(sa.select(outbox).where(outbox.c.id == row_id)).mappings().one()
+            job = conn.execute(sa.select(jobs).where(jobs.c.id == row["job_id"])).mappings().one()
+            uri = conn.execute(sa.select(decisions.c.best_checkpoint_uri)
+                               .where(decisions.c.id == row["decision_id"])).scalar()
+        return row, job, uri
+
+    def _set(self, row_id: int, **values: Any) -> None:
+        with self.store.transaction() as conn:
+            conn.execute(outbox.update().where(outbox.c.id == row_id, outbox.c.lease_owner == self.owner)
+                         .values(**values))
+
+    def _signalled_at(self, row_id: int) -> float:
+        with self.store.engine.connect() as conn:
+            value = conn.execute(sa.select(outbox.c.signalled_at).where(outbox.c.id == row_id)).scalar()
+        return float(value if value is not None else self.store.clock())
+
+    def _save(self, row_id: int, phase: str, wait_until: float | None) -> None:
+        values: dict[str, Any] = {"phase": phase, "attempts": 0, "last_error": None}
+        if wait_until is not None or phase in TERMINAL:
+            next_at = wait_until if wait_until is not None else self.store.clock()
+            values.update(lease_until=None, lease_owner=None, next_attempt_at=next_at)
+        self._set(row_id, **values)
+
+    def _delivered(self, row_id: int, job: RowMapping, now: float) -> None:
+        with self.store.transaction() as conn:
+            conn.execute(outbox.update().where(outbox.c.id == row_id).values(delivered_at=now))
+            conn.execute(jobs.update().where(jobs.c.id == job["id"]).values(state="stopped", stopped_at=now))
+        if self.metrics is not None:
+            self.metrics.stops_enforced.labels(target=job["target"]).inc()
+            if job["expected_duration_s"] is not None:
+                left_s = max(0.0, job["created_at"] + job["expected_duration_s"] - now)
+                self.metrics.gpu_hours_reclaimed.inc(job["gpus"] * left_s / 3600.0)
+        log.info("stop delivered: job=%s target=%s", job["id"], job["target"])
+
+    def _failed_attempt(self, row_id: int, row: RowMapping, job: RowMapping, exc: Exception) -> None:
+        with self.store.engine.connect() as conn:
+            query = sa.select(outbox.c.attempts).where(outbox.c.id == row_id)
+            attempts = int(conn.execute(query).scalar_one())
+        attempts += 1
+        retryable = isinstance(exc, UnknownTarget) or bool(getattr(exc, "retryable", False))
+        message = f"{type(exc).__name__}: {exc}"[:1000]
+        if self.metrics is not None:
+            self.metrics.adapter_errors.labels(target=job["target"], retryable=str(retryable).lower()).inc()
+        values: dict[str, Any] = {"attempts": attempts, "last_error": message, "lease_until": None,
+                                  "lease_owner": None}
+        if retryable and attempts < self.retry.max_attempts:
+            values["next_attempt_at"] = self.store.clock() + self.retry.delay(attempts)
+            log.warning("stop of job %s: attempt %d failed (%s); retrying", job["id"], attempts, message)
+            self._set(row_id, **values)
+            return
+        log.error("stop of job %s failed for good after %d attempts: %s", job["id"], attempts, message)
+        with self.store.transaction() as conn:
+            conn.execute(outbox.update().where(outbox.c.id == row_id).values(phase="failed", **values))
+            conn.execute(jobs.update().where(jobs.c.id == job["id"]).values(state="stop_failed"))

@@ -1,0 +1,119 @@
+"""The Ray Jobs adapter against a real local Ray head (token authentication on)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("ray", reason="needs the ray extra: pip install 'evalstop[ray]'")
+
+from ray_head import RayHead, start_head, stop_head
+
+from evalstop.service.adapters import AdapterError, JobRef, get_adapter
+from evalstop.service.adapters._common import PIN_MARKER
+from evalstop.testing.adapter_contract import check_stop_sequence, check_unknown_job, wait_stopped
+
+pytestmark = pytest.mark.slow
+
+TRAINER = """
+import signal, sys, time, pathlib
+out = pathlib.Path(sys.argv[1])
+def on_term(*_):
+    (out / "got-sigterm").write_text("bye")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, signal.SIG_IGN if sys.argv[2] == "stubborn" else on_term)
+(out / "ready").write_text("up")
+time.sleep(600)
+"""
+
+
+@pytest.fixture(scope="module")
+def head() -> Iterator[RayHead]:
+    # A private short dir, not pytest's tmp: Ray's socket paths have a length limit.
+    root = Path(tempfile.mkdtemp(prefix="evs-ray-"))
+    head = start_head(root)
+    try:
+        yield head
+    finally:
+        stop_head(head)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def client(head: RayHead) -> Any:
+    from ray.job_submission import JobSubmissionClient
+
+    # RAY_ADDRESS / RAY_API_SERVER_ADDRESS would override the address we pass: hide them here.
+    saved = {k: os.environ.pop(k) for k in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS") if k in os.environ}
+    try:
+        return JobSubmissionClient(head.dashboard_url, headers={"Authorization": f"Bearer {head.token}"})
+    finally:
+        os.environ.update(saved)
+
+
+def submit(client: Any, tmp_path: Path, mode: str) -> str:
+    script = tmp_path / "trainer.py"
+    script.write_text(TRAINER)
+    sid: str = client.submit_job(entrypoint=f"{sys.executable} {script} {tmp_path} {mode}")
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "ready").exists():
+        assert time.monotonic() < deadline, client.get_job_logs(sid)
+        time.sleep(0.2)
+    return sid
+
+
+def adapter_for(head: RayHead, **extra: Any) -> Any:
+    return get_adapter("ray", {"address": head.dashboard_url, "token": head.token, **extra})
+
+
+def test_stop_sequence_pins_then_stops_gracefully(head: RayHead, client: Any, tmp_path: Path) -> None:
+    sid = submit(client, tmp_path, "graceful")
+    ckpt = tmp_path / "checkpoint-400"
+    ckpt.mkdir()
+    job = JobRef("job-1", "acme", sid)
+    adapter = adapter_for(head, pin_dir=str(tmp_path / "pins"))
+    adapter.pin_checkpoint(job, str(ckpt))
+    assert client.get_job_status(sid).value == "RUNNING"  # pinned before any stop
+    marker = json.loads((ckpt / PIN_MARKER).read_text())
+    assert marker["checkpoint_uri"] == str(ckpt) and marker["external_ref"] == sid
+    assert (tmp_path / "pins" / "acme" / "job-1.json").exists()
+    check_stop_sequence(adapter, job, str(ckpt), timeout_s=60)
+    assert client.get_job_status(sid).value == "STOPPED"
+    assert (tmp_path / "got-sigterm").read_text() == "bye"  # SIGTERM reached the trainer
+
+
+def test_job_ignoring_sigterm_is_killed(head: RayHead, client: Any, tmp_path: Path) -> None:
+    sid = submit(client, tmp_path, "stubborn")
+    job = JobRef("job-2", "acme", sid)
+    adapter = adapter_for(head)
+    adapter.signal(job)  # SIGTERM is ignored; Ray SIGKILLs after RAY_JOB_STOP_WAIT_TIME_S
+    adapter.hard_stop(job)
+    assert wait_stopped(adapter, job, timeout_s=60)
+    assert not (tmp_path / "got-sigterm").exists()
+    assert client.get_job_status(sid).value == "STOPPED"
+
+
+def test_unknown_submission_counts_as_stopped(head: RayHead) -> None:
+    check_unknown_job(adapter_for(head), JobRef("job-3", "acme", "raysubmit_doesnotexist"))
+
+
+def test_wrong_token_is_a_permanent_error(head: RayHead) -> None:
+    with pytest.raises(AdapterError, match="ray status of job job-4") as err:
+        adapter_for(head, token="not-the-token").is_stopped(JobRef("job-4", "acme", "raysubmit_x"))
+    assert err.value.retryable is False
+
+
+def test_unreachable_dashboard_is_retryable() -> None:
+    adapter = get_adapter("ray", {"address": "http://127.0.0.1:9", "timeout_s": 1})
+    with pytest.raises(AdapterError, match="ConnectError") as err:
+        adapter.signal(JobRef("job-5", "acme", "raysubmit_x"))
+    assert err.value.retryable is True

@@ -1,0 +1,25 @@
+"""The load benchmark runs end to end (tiny and short here; the real figures come from
+``python bench/service_load.py``)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_service_load_bench_reports_its_figures() -> None:
+    cmd = [sys.executable, str(ROOT / "bench" / "service_load.py"), "--seconds", "1", "--jobs", "4",
+           "--clients", "2", "--batch", "50", "--rate", "40", "--paced-threads", "2", "--json"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=180).stdout
+    result = json.loads(out)
+    assert result["synchronous"] == "FULL"
+    assert result["batched"]["scores"] > 0 and result["batched"]["scores_per_s"] > 0
+    paced = result["paced"]
+    assert paced["requests"] == 40 and 0 < paced["p50_ms"] <= paced["p99_ms"] <= paced["max_ms"]

@@ -1,0 +1,65 @@
+"""Group commit: units queued together commit together; a failing unit is rolled back alone."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from evalstop.service.commit import GroupCommitter
+from evalstop.service.store import open_store, tenants
+
+
+def test_a_failing_unit_is_rolled_back_alone_and_the_rest_commit(tmp_path: Path) -> None:
+    store = open_store(f"sqlite:///{tmp_path / 'g.db'}")
+    assert store.committer is not None
+    gate = threading.Event()
+    results: dict[int, object] = {}
+
+    def unit(i: int) -> object:
+        def run(conn: Connection) -> int:
+            if i == 0:
+                gate.wait(5)  # hold the first group open so the others queue up behind it
+            row = {"name": f"t{i}", "token_hash": f"h{i}", "shadow": False, "created_at": 0}
+            conn.execute(tenants.insert().values(**row))
+            if i == 3:
+                raise ValueError("unit 3 refuses")
+            return i
+        return run
+
+    def call(i: int) -> None:
+        try:
+            results[i] = store.write(unit(i))
+        except ValueError as exc:
+            results[i] = exc
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(8)]
+    threads[0].start()
+    for t in threads[1:]:
+        t.start()
+    gate.set()
+    for t in threads:
+        t.join()
+    assert isinstance(results.pop(3), ValueError)
+    assert results == {i: i for i in range(8) if i != 3}
+    with store.engine.connect() as conn:
+        names = set(conn.execute(sa.select(tenants.c.name)).scalars())
+    assert names == {f"t{i}" for i in range(8) if i != 3}
+    store.dispose()
+
+
+def test_a_failed_commit_fails_every_unit_of_the_group() -> None:
+    class Boom:
+        def __enter__(self) -> Connection:
+            raise RuntimeError("disk full")
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+    committer = GroupCommitter(Boom)
+    with pytest.raises(RuntimeError, match="disk full"):
+        committer.run(lambda conn: 1)
+    committer.close()
