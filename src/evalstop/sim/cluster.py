@@ -4,11 +4,19 @@ Time is exact (float seconds, no ticks). A job progresses only while it holds it
 preemption it first pays ``preempt_overhead_s`` of GPU time to restore. Progress milestones
 (evals, a planned kill, completion, a scheduler's rank change) are events at the exact time the
 job's attained service reaches them.
+
+Cost: each job costs a constant number of events, each O(log active jobs) on the heap, plus one
+``Scheduler.order`` call over the active jobs whenever demand exceeds the cluster. Arrivals enter
+the heap one at a time, in (arrival time, job order), and a job's state exists only from its
+arrival to its end, so memory grows with the jobs in the system, not with the workload.
 """
 
 from __future__ import annotations
 
+import gc
 import hashlib
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from .._validation import check_choice, check_float
@@ -19,6 +27,8 @@ from .engine import Engine
 from .outcome import JobOutcome, SimResult
 
 DEPART, ARRIVE = 0, 1  # same-time priority: free GPUs before handing them out
+#: Event-log entries hashed per update: bounds the text held in memory at the end of a run.
+_HASH_CHUNK = 1 << 16
 
 
 class SimulationInvariantError(RuntimeError):
@@ -66,7 +76,8 @@ class _Job:
         self.done = False
 
     def attained_at(self, now: float) -> float:
-        return self.attained_at_seg + max(0.0, now - self.seg_start - self.overhead_left)
+        ran = now - self.seg_start - self.overhead_left
+        return self.attained_at_seg + ran if ran > 0.0 else self.attained_at_seg
 
     def eval_target_s(self, index: int) -> float:
         progress = self.spec.evals[index].progress
@@ -79,30 +90,46 @@ class ClusterSim:
         self.scheduler = scheduler
         self.total_gpus = workload.config.total_gpus
         self.seed = workload.seed
-        self.jobs = [_Job(s, t) for s, t in zip(workload.jobs, workload.truth, strict=True)]
+        self.workload = workload
         self.engine = Engine()
         self.running: dict[int, _Job] = {}
         self.waiting: dict[int, _Job] = {}
         self.used_gpus = 0
+        self.waiting_gpus = 0
         self.busy_gpu_s = 0.0
         self._last_t = 0.0
+        self._plan_kills = self.config.eval_path == "fast" or self.config.oracle
+        self._eval_events = self.config.eval_path == "events" and not self.config.oracle
         self.log: list[tuple[float, str, int]] = []
         self.outcomes: dict[int, JobOutcome] = {}
 
     # -- the run -------------------------------------------------------------------------
     def run(self) -> SimResult:
-        for job in self.jobs:
-            self.engine.schedule(job.spec.arrival_s, ARRIVE, ("arrive", job, 0))
+        with _cyclic_gc_paused():
+            self._run_events()
+        return self._result()
+
+    def _run_events(self) -> None:
+        arrivals = _in_arrival_order(self.workload)
+        self._schedule_arrival(arrivals)
         while (event := self.engine.pop()) is not None:
             now = self.engine.now
             self._account(now)
             kind, job, version = event
             if kind == "arrive":
+                self._schedule_arrival(arrivals)
                 self._arrive(job, now)
             elif version == job.version:
                 self._milestone(job, now)
             self._reschedule(now)
-        return self._result()
+
+    def _schedule_arrival(self, arrivals: Iterator[tuple[JobSpec, JobTruth]]) -> None:
+        """Put the next arrival on the heap. Only arrivals share its priority and they come in
+        (time, job order), so the pop order is that of scheduling every arrival up front."""
+        pair = next(arrivals, None)
+        if pair is not None:
+            job = _Job(*pair)
+            self.engine.schedule(job.spec.arrival_s, ARRIVE, ("arrive", job, 0))
 
     def _account(self, now: float) -> None:
         self.busy_gpu_s += self.used_gpus * (now - self._last_t)
@@ -111,10 +138,10 @@ class ClusterSim:
     def _arrive(self, job: _Job, now: float) -> None:
         self.log.append((now, "arrive", job.spec.job_id))
         self.scheduler.on_job_add(job.view, now)
-        if self.config.eval_path == "fast" or self.config.oracle:
+        if self._plan_kills:
             job.kill_verdict = self._plan_kill(job)
             job.kill_at = None if job.kill_verdict is None else job.kill_verdict.stop_index
-        self.waiting[job.spec.job_id] = job
+        self._enqueue(job)
 
     def _plan_kill(self, job: _Job) -> Verdict | None:
         if self.config.oracle:
@@ -130,7 +157,7 @@ class ClusterSim:
         # now - seg_start must not leave the job a hair short of its milestone.
         attained = job.attained_at_seg = job.view.attained_s = job.target_s
         evals = job.spec.evals
-        if self.config.eval_path == "events" and not self.config.oracle:
+        if self._eval_events:
             while job.next_eval < len(evals) and job.eval_target_s(job.next_eval) <= attained:
                 job.next_eval += 1
                 verdict = self.scheduler.on_eval(job.view, evals[: job.next_eval], now)
@@ -170,11 +197,14 @@ class ClusterSim:
         job.view.attained_s = job.attained_at_seg
 
     # -- allocation ----------------------------------------------------------------------
+    def _enqueue(self, job: _Job) -> None:
+        self.waiting[job.spec.job_id] = job
+        self.waiting_gpus += job.spec.gpus
+
     def _reschedule(self, now: float) -> None:
         if not self.waiting:
             return
-        demand = self.used_gpus + sum(j.spec.gpus for j in self.waiting.values())
-        if demand <= self.total_gpus:
+        if self.used_gpus + self.waiting_gpus <= self.total_gpus:
             for job in list(self.waiting.values()):
                 self._start(job, now)
             return
@@ -185,12 +215,16 @@ class ClusterSim:
         if self.scheduler.preemptive:
             self._allocate_preemptive(ranked, now)
         else:
-            free = self.total_gpus - self.used_gpus
-            for view in ranked:
-                job = self.waiting.get(view.job_id)
-                if job is not None and view.gpus <= free:
-                    free -= view.gpus
-                    self._start(job, now)
+            self._allocate_free(ranked, now)
+
+    def _allocate_free(self, ranked: list[JobView], now: float) -> None:
+        """Start waiting jobs in rank order wherever they fit in the free GPUs."""
+        free = self.total_gpus - self.used_gpus
+        for view in ranked:
+            job = self.waiting.get(view.job_id)
+            if job is not None and view.gpus <= free:
+                free -= view.gpus
+                self._start(job, now)
 
     def _allocate_preemptive(self, ranked: list[JobView], now: float) -> None:
         capacity = self.total_gpus
@@ -210,6 +244,7 @@ class ClusterSim:
     def _start(self, job: _Job, now: float) -> None:
         job_id = job.spec.job_id
         del self.waiting[job_id]
+        self.waiting_gpus -= job.spec.gpus
         self.running[job_id] = job
         self.used_gpus += job.spec.gpus
         if self.used_gpus > self.total_gpus:
@@ -226,7 +261,7 @@ class ClusterSim:
         self._schedule_next(job)
 
     def _release(self, job: _Job, now: float) -> None:
-        self._close_segment(job, now)
+        """Take the job's GPUs back; its accounting is already closed at ``now``."""
         job.version += 1
         job.overhead_left = 0.0
         job.view.running = False
@@ -235,12 +270,14 @@ class ClusterSim:
         self.scheduler.on_stop(job.view, now)
 
     def _preempt(self, job: _Job, now: float) -> None:
+        self._close_segment(job, now)
         self._release(job, now)
         job.n_preempt += 1
-        self.waiting[job.spec.job_id] = job
+        self._enqueue(job)
         self.log.append((now, "preempt", job.spec.job_id))
 
     def _end(self, job: _Job, now: float, verdict: Verdict | None) -> None:
+        """Kill or complete the job at one of its milestones (whose segment is closed at ``now``)."""
         self._release(job, now)
         job.done = True
         self.scheduler.on_job_end(job.view, now)
@@ -249,22 +286,54 @@ class ClusterSim:
 
     # -- results -------------------------------------------------------------------------
     def _result(self) -> SimResult:
-        if self.running or self.waiting or len(self.outcomes) != len(self.jobs):
+        specs = self.workload.jobs
+        if self.running or self.waiting or len(self.outcomes) != len(specs):
             raise SimulationInvariantError(
                 f"t={self.engine.now}: run ended with {len(self.running)} running, "
-                f"{len(self.waiting)} waiting, {len(self.outcomes)}/{len(self.jobs)} jobs done"
+                f"{len(self.waiting)} waiting, {len(self.outcomes)}/{len(specs)} jobs done"
             )
-        outcomes = tuple(self.outcomes[j.spec.job_id] for j in self.jobs)
+        outcomes = tuple(self.outcomes[spec.job_id] for spec in specs)
         spent = sum(o.gpu_s_useful + o.gpu_s_overhead for o in outcomes)
         if abs(spent - self.busy_gpu_s) > 1e-6 * max(1.0, self.busy_gpu_s):
             raise SimulationInvariantError(
-                f"GPU-time not conserved: jobs account for {spent} GPU-s, the cluster was busy {self.busy_gpu_s}"
+                f"GPU-time not conserved: jobs account for {spent} GPU-s, "
+                f"the cluster was busy {self.busy_gpu_s}"
             )
         first = min(o.arrival_s for o in outcomes)
         makespan = max(o.end_s for o in outcomes) - first
-        digest = hashlib.sha256("\n".join(map(repr, self.log)).encode()).hexdigest()
         policy = "oracle" if self.config.oracle else self.scheduler.name
-        return SimResult(policy, self.seed, self.total_gpus, makespan, outcomes, digest)
+        return SimResult(policy, self.seed, self.total_gpus, makespan, outcomes, _log_digest(self.log))
+
+
+@contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector for a run. The simulator's records hold no reference
+    cycles and reference counting still frees them; the collector would only rescan the
+    workload's millions of records, again and again (a quarter of a large run). Cycles a
+    scheduler creates are collected after the run."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _in_arrival_order(workload: Workload) -> Iterator[tuple[JobSpec, JobTruth]]:
+    """The workload's (spec, truth) pairs by arrival time; ties keep the workload's order."""
+    pairs = list(zip(workload.jobs, workload.truth, strict=True))
+    return iter(sorted(pairs, key=lambda pair: pair[0].arrival_s))
+
+
+def _log_digest(log: Sequence[tuple[float, str, int]]) -> str:
+    """SHA-256 of the event log's lines (``repr`` of each entry, joined by newlines), hashed
+    chunk by chunk so the whole text never sits in memory at once."""
+    digest = hashlib.sha256()
+    for first in range(0, len(log), _HASH_CHUNK):
+        separator = "\n" if first else ""
+        digest.update((separator + "\n".join(map(repr, log[first:first + _HASH_CHUNK]))).encode())
+    return digest.hexdigest()
 
 
 def _oracle_verdict(job: _Job) -> Verdict:
@@ -280,7 +349,7 @@ def _outcome(job: _Job, now: float, verdict: Verdict | None) -> JobOutcome:
     progress = job.attained_at_seg / job.duration_s
     killed = verdict is not None
     delivered = truth.true_final
-    if killed and verdict.best_index is not None:
+    if verdict is not None and verdict.best_index is not None:
         delivered = truth.true_at_evals[verdict.best_index]
     after_peak = max(0.0, progress - truth.peak_progress) if truth.hacking else 0.0
     assert job.first_start_s is not None

@@ -8,6 +8,10 @@ the metrics read.
 
 from __future__ import annotations
 
+import gc
+import itertools
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -146,23 +150,8 @@ def generate(config: WorkloadConfig, seed: int) -> Workload:
     budget_s = duration_s * np.exp(s_size.normal(0.0, config.budget_error_sigma, n))
     rate_per_s = config.offered_load * config.total_gpus / float(np.mean(gpus * duration_s))
     arrival_s = np.cumsum(s_arrival.exponential(1.0 / rate_per_s, n))
-    p = np.arange(1, config.evals_per_job + 1) / config.evals_per_job
-    jobs, truth = [], []
-    for j in range(n):
-        true_q, peak_p, peak_value, loss = _draw_curve(config, s_curve, str(kinds[j]), bool(hacking[j]), p)
-        noisy = true_q + s_noise.normal(0.0, config.eval_noise, p.size)
-        evals = tuple(
-            Eval(step=i + 1, score=float(noisy[i]), progress=float(p[i]), loss=float(loss[i]))
-            for i in range(p.size)
-        )
-        jobs.append(
-            JobSpec(j, int(tenants[j]), str(kinds[j]), int(gpus[j]), float(arrival_s[j]), float(budget_s[j]), evals)
-        )
-        truth.append(
-            JobTruth(bool(hacking[j]), float(duration_s[j]), peak_p, tuple(map(float, true_q)),
-                     peak_value, float(true_q[-1]))
-        )
-    return Workload(config, seed, tuple(jobs), tuple(truth))
+    columns = JobColumns(kinds, hacking, tenants, gpus, duration_s, budget_s, arrival_s)
+    return build_workload(config, seed, columns, s_curve, s_noise)
 
 
 def _draw_kinds(config: WorkloadConfig, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -171,7 +160,9 @@ def _draw_kinds(config: WorkloadConfig, rng: np.random.Generator, n: int) -> np.
     return rng.choice(np.array(KINDS), size=n, p=probs)
 
 
-def _draw_sizes(config: WorkloadConfig, rng: np.random.Generator, kinds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _draw_sizes(
+    config: WorkloadConfig, rng: np.random.Generator, kinds: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     gpus = np.zeros(kinds.size, dtype=np.int64)
     duration_s = np.zeros(kinds.size)
     for kind in KINDS:
@@ -182,37 +173,164 @@ def _draw_sizes(config: WorkloadConfig, rng: np.random.Generator, kinds: np.ndar
     return gpus, duration_s
 
 
-def _uniform(rng: np.random.Generator, bounds: tuple[float, float]) -> float:
-    return float(rng.uniform(bounds[0], bounds[1]))
+# -- from drawn columns to records -----------------------------------------------------------
+#: Jobs built per batch: enough to amortise each numpy call, few enough that a batch's arrays
+#: stay small next to the records they become.
+_BATCH = 4096
+
+
+@dataclass(frozen=True)
+class JobColumns:
+    """What is drawn per job before its curves, one entry per job (job id = position). The
+    constructor converts each column to the type of its record field."""
+
+    kinds: np.ndarray
+    hacking: np.ndarray
+    tenants: np.ndarray
+    gpus: np.ndarray
+    duration_s: np.ndarray
+    budget_s: np.ndarray
+    arrival_s: np.ndarray
+
+    def __post_init__(self) -> None:
+        dtypes = {"kinds": str, "hacking": bool, "tenants": np.int64, "gpus": np.int64}
+        for f in fields(self):
+            column: np.ndarray = np.asarray(getattr(self, f.name)).astype(dtypes.get(f.name, float))
+            object.__setattr__(self, f.name, column)
+
+    def rows(self, first: int, stop: int) -> JobColumns:
+        return JobColumns(*(getattr(self, f.name)[first:stop] for f in fields(self)))
+
+
+def build_workload(
+    config: WorkloadConfig, seed: int, columns: JobColumns, s_curve: np.random.Generator,
+    s_noise: np.random.Generator,
+) -> Workload:
+    """Jobs from drawn columns: curves, evals and hidden truth (also for trace-driven workloads).
+
+    Jobs are built in batches; the draws from ``s_curve`` and ``s_noise`` are those of a
+    job-by-job loop, in job order."""
+    p = np.arange(1, config.evals_per_job + 1) / config.evals_per_job
+    jobs: list[JobSpec] = []
+    truth: list[JobTruth] = []
+    with _gc_paused():
+        for first in range(0, columns.kinds.size, _BATCH):
+            batch = columns.rows(first, first + _BATCH)
+            drawn = _draw_curves(config, s_curve, batch.kinds, batch.hacking, p)
+            scores = drawn.true_q + s_noise.normal(0.0, config.eval_noise, drawn.true_q.shape)
+            jobs += _job_specs(batch, first, _eval_rows(p, scores, drawn.loss))
+            truth += _job_truths(batch, drawn)
+    return Workload(config, seed, tuple(jobs), tuple(truth))
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while building millions of small acyclic records: it
+    would rescan every record built so far, again and again, and free nothing."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _job_specs(batch: JobColumns, first_id: int, evals: list[tuple[Eval, ...]]) -> list[JobSpec]:
+    ids = range(first_id, first_id + len(evals))
+    return list(map(
+        JobSpec, ids, batch.tenants.tolist(), batch.kinds.tolist(), batch.gpus.tolist(),
+        batch.arrival_s.tolist(), batch.budget_s.tolist(), evals,
+    ))
+
+
+def _job_truths(batch: JobColumns, drawn: _Curves) -> list[JobTruth]:
+    true_at_evals = map(tuple, drawn.true_q.tolist())
+    return list(map(
+        JobTruth, batch.hacking.tolist(), batch.duration_s.tolist(), drawn.peak_p.tolist(), true_at_evals,
+        drawn.peak_value.tolist(), drawn.true_q[:, -1].tolist(),
+    ))
+
+
+def _eval_rows(p: np.ndarray, scores: np.ndarray, loss: np.ndarray) -> list[tuple[Eval, ...]]:
+    """One tuple of :class:`Eval` per row of ``scores`` (a job), at progress ``p``, with ``loss``.
+
+    Creating the Evals is most of the cost of a large workload, so it is one ``map`` over flat
+    lists; the jobs share the float objects of ``p`` (equal values, less memory)."""
+    n_jobs, n_evals = scores.shape
+    steps = itertools.chain.from_iterable(itertools.repeat(range(1, n_evals + 1), n_jobs))
+    flat = map(Eval, steps, scores.ravel().tolist(), itertools.cycle(p.tolist()), loss.ravel().tolist())
+    return list(zip(*[flat] * n_evals, strict=True))  # consecutive groups of n_evals
+
+
+# -- curves ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Curves:
+    """Drawn curves, one row per job: true quality and training loss at each eval's progress,
+    the progress of the true peak, and the peak value."""
+
+    true_q: np.ndarray
+    loss: np.ndarray
+    peak_p: np.ndarray
+    peak_value: np.ndarray
+
+
+def _draw_curves(
+    config: WorkloadConfig, rng: np.random.Generator, kinds: np.ndarray, hacking: np.ndarray, p: np.ndarray
+) -> _Curves:
+    """The curves of every job at progress ``p``.
+
+    Every job draws the same six uniforms from ``rng`` whatever its kind (start, peak, loss tau,
+    gain, rate, plateau), job after job, so changing one kind's parameters does not shift the
+    other jobs' curves. A kind other than RLHF or LoRA is drawn as DPO.
+    """
+    u = rng.random((kinds.size, 6))
+    start = _lerp(config.quality_start, u[:, 0])
+    peak = _lerp((config.peak_low, config.peak_high), u[:, 1])
+    rlhf, lora = kinds == "rlhf", kinds == "lora"
+    hack = rlhf & hacking
+    gain = np.select([rlhf, lora], [_lerp(config.rlhf_gain, u[:, 3]), _lerp(config.lora_gain, u[:, 3])],
+                     _lerp(config.dpo_gain, u[:, 3]))
+    return _Curves(
+        true_q=start[:, None] + gain[:, None] * _shapes(config, u, rlhf & ~hack, lora, hack, peak, p),
+        # training_loss depends on p only through p / tau: one call covers every job.
+        loss=curves.training_loss(p / _lerp(config.loss_tau, u[:, 2])[:, None], 1.0),
+        peak_p=np.where(hack, peak, 1.0),
+        peak_value=start + gain,
+    )
+
+
+def _shapes(
+    config: WorkloadConfig, u: np.ndarray, healthy: np.ndarray, lora: np.ndarray, hack: np.ndarray,
+    peak: np.ndarray, p: np.ndarray,
+) -> np.ndarray:
+    """Each job's normalised curve shape at ``p``, from its uniforms ``u``, kind and peak."""
+    shape = np.empty((u.shape[0], p.size))
+    dpo = ~(healthy | hack | lora)
+    # gao_rl depends on p only through p / peak: one call covers every hacking job.
+    shape[hack] = curves.gao_rl(p / peak[hack, None], 1.0, config.gao_gamma)
+    shape[healthy] = _per_job(curves.saturating, p, _lerp(config.healthy_rate, u[healthy, 4]))
+    shape[lora] = _per_job(curves.saturating, p, _lerp(config.lora_rate, u[lora, 4]))
+    rate, plateau = _lerp(config.dpo_rate, u[dpo, 4]), _lerp(config.dpo_plateau_from, u[dpo, 5])
+    shape[dpo] = _per_job(curves.saturating_plateau, p, rate, plateau)
+    return shape
+
+
+def _per_job(curve: Callable[..., np.ndarray], p: np.ndarray, *params: np.ndarray) -> np.ndarray:
+    """``curve(p, *params[:][j])`` for every job j, one row each (the curve takes scalars)."""
+    rows = [curve(p, *job_params) for job_params in zip(*(c.tolist() for c in params), strict=True)]
+    return np.array(rows).reshape(-1, p.size)
+
+
+def _lerp(bounds: tuple[float, float], u: np.ndarray) -> np.ndarray:
+    """``bounds[0] + (bounds[1] - bounds[0]) * u``: the arithmetic of ``rng.uniform(*bounds)``."""
+    return bounds[0] + (bounds[1] - bounds[0]) * u
 
 
 def _draw_curve(
     config: WorkloadConfig, rng: np.random.Generator, kind: str, hacking: bool, p: np.ndarray
 ) -> tuple[np.ndarray, float, float, np.ndarray]:
-    """True quality at ``p``, progress of the true peak, the peak value, and training loss.
-
-    Every job draws the same number of values from ``rng`` whatever its kind, so changing one
-    kind's parameters does not shift the other jobs' curves.
-    """
-    start = _uniform(rng, config.quality_start)
-    peak = _uniform(rng, (config.peak_low, config.peak_high))
-    tau = _uniform(rng, config.loss_tau)
-    u_gain, u_rate, u_plateau = rng.random(3)
-    if kind == "rlhf":
-        gain = _lerp(config.rlhf_gain, u_gain)
-        if hacking:
-            shape = curves.gao_rl(p, peak, config.gao_gamma)
-        else:
-            shape, peak = curves.saturating(p, _lerp(config.healthy_rate, u_rate)), 1.0
-    elif kind == "lora":
-        gain = _lerp(config.lora_gain, u_gain)
-        shape, peak = curves.saturating(p, _lerp(config.lora_rate, u_rate)), 1.0
-    else:
-        gain = _lerp(config.dpo_gain, u_gain)
-        plateau = _lerp(config.dpo_plateau_from, u_plateau)
-        shape, peak = curves.saturating_plateau(p, _lerp(config.dpo_rate, u_rate), plateau), 1.0
-    return start + gain * shape, peak, start + gain, curves.training_loss(p, tau)
-
-
-def _lerp(bounds: tuple[float, float], u: float) -> float:
-    return bounds[0] + (bounds[1] - bounds[0]) * float(u)
+    """One job's curves (true quality, peak progress, peak value, loss): ``_draw_curves`` for one
+    job, drawing what a job draws. Kept for loaders that build jobs one at a time."""
+    drawn = _draw_curves(config, rng, np.array([kind]), np.array([hacking]), p)
+    return drawn.true_q[0], float(drawn.peak_p[0]), float(drawn.peak_value[0]), drawn.loss[0]

@@ -1,0 +1,54 @@
+"""``bench/sim_speed.py`` runs end to end on tiny sizes and reports what it simulated.
+
+A smoke test, not a timing test: the benchmark itself is run by hand (see bench/README.md)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from evalstop.schedulers import SRTFEst
+from evalstop.sim.cluster import simulate
+from evalstop.workloads import PRESETS, generate
+
+SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "sim_speed.py"
+
+
+def bench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_the_table_has_one_row_per_size_and_policy_and_the_scaling_exponents() -> None:
+    done = bench("--sizes", "300x64,600x64")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].split()[:4] == ["size", "policy", "generate_s", "simulate_s"]
+    rows = [line.split()[:2] for line in lines[1:5]]
+    assert rows == [
+        ["300x64", "srtf"], ["300x64", "evalstop(srtf)"], ["600x64", "srtf"], ["600x64", "evalstop(srtf)"]
+    ]
+    for line in lines[1:5]:
+        numbers = [float(cell) for cell in line.split()[2:]]
+        assert len(numbers) == 6 and min(numbers) >= 0 and numbers[3] > 0  # jobs/s
+    exponents = [line for line in lines if "300 -> 600" in line]
+    assert len(exponents) == 2 and all("simulate" in line for line in exponents)
+
+
+def test_the_json_record_is_of_the_workload_it_names() -> None:
+    done = bench("--sizes", "300x64", "--policies", "srtf", "--seed", "3", "--json")
+    assert done.returncode == 0, done.stderr
+    (record,) = json.loads(done.stdout)["records"]
+    workload = generate(PRESETS["paper"].with_(n_jobs=300, total_gpus=64), 3)
+    assert record["event_log_hash"] == simulate(workload, SRTFEst()).event_log_hash
+    assert record["jobs_per_s"] == 300 / record["simulate_s"]
+    assert record["peak_rss_mib"] >= record["peak_rss_gen_mib"] > 0
+
+
+def test_a_malformed_size_is_rejected_naming_it() -> None:
+    done = bench("--sizes", "300by64")
+    assert done.returncode == 2
+    assert "'300by64'" in done.stderr
