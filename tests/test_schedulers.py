@@ -364,7 +364,8 @@ def test_make_scheduler_passes_params() -> None:
             r"The 'name' parameter of make_scheduler must be one of 'fair', 'fifo', 'gittins', 'las', "
             r"'srtf'. Got 'lass' instead.",
         ),
-        ("fifo", {"foo": 1}, r"Unknown parameter\(s\) 'foo' for scheduler 'fifo'. Valid parameters: none."),
+        ("fifo", {"foo": 1},
+         r"Unknown parameter\(s\) 'foo' for scheduler 'fifo'. Valid parameters: 'backfill'."),
         (
             "las",
             {"thresholds": (1.0,), "z": 2},

@@ -122,6 +122,22 @@ THREE = hand_workload(
 )
 
 
+# 4 GPUs. Job 0 holds 2; job 1 needs all 4 and waits; job 2 (1 GPU) arrives behind it.
+HEAD_OF_LINE = hand_workload(
+    Hand(gpus=2, arrival_s=0.0, duration_s=1000.0),
+    Hand(gpus=4, arrival_s=10.0, duration_s=100.0),
+    Hand(gpus=1, arrival_s=20.0, duration_s=50.0),
+)
+
+
+@pytest.mark.parametrize(
+    ("backfill", "starts"), [(False, [0.0, 1000.0, 1100.0]), (True, [0.0, 1000.0, 20.0])]
+)
+def test_fifo_blocks_behind_a_wide_job_unless_it_backfills(backfill: bool, starts: list[float]) -> None:
+    _, result = run(HEAD_OF_LINE, FIFO(backfill=backfill))
+    assert [o.start_s for o in result.outcomes] == starts
+
+
 def test_fifo_runs_jobs_in_arrival_order_without_preempting() -> None:
     sim, result = run(THREE, FIFO())
     assert sim.log == [
@@ -217,13 +233,6 @@ def test_same_time_departures_free_gpus_before_an_arrival_takes_them() -> None:
     assert jcts(result) == [500.0, 100.0]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="BUG: same-time milestones are handled one at a time with a reschedule in between, so "
-    "a job whose completion is due at t can be preempted at t by another job's completion at t; "
-    "it then waits, pays the full restore overhead for zero remaining work and completes late",
-)
 def test_a_job_due_to_complete_now_is_not_preempted_now() -> None:
     # Jobs 0 and 1 both finish at t=1000. Job 2 (4 GPUs) waits; at t=1000 its estimate (3000 s)
     # beats job 1's (5000 - 1000 s), but job 1 has no work left.
@@ -699,13 +708,6 @@ def test_oracle_kills_exactly_the_hacking_jobs_at_their_true_best(small_paper: d
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=EventStorm,
-    reason="BUG: SimConfig(eval_path='events', oracle=True) livelocks: the oracle skips the "
-    "per-eval loop in _milestone so next_eval never advances, and _schedule_next keeps "
-    "scheduling a milestone at the first eval's target, i.e. at the current time, forever",
-)
 def test_oracle_on_the_event_path_terminates_and_matches_the_fast_path() -> None:
     workload = hand_workload(HACKER, WAITER)
     _, fast = run(workload, FIFO(), SimConfig(oracle=True))

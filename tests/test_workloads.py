@@ -261,13 +261,6 @@ def _lora(shape: KindShape) -> dict[str, object]:
     return {"shapes": {**PAPER.shapes, "lora": shape}}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=pytest.fail.Exception,  # "DID NOT RAISE", not some other error
-    reason="WorkloadConfig does not validate KindShape fields, the shapes' kind coverage or the "
-    "range tuples: these configs construct, then generate() fails with an unrelated numpy/KeyError "
-    "message or silently produces nonsense (negative durations, 0-GPU jobs, flat losses)",
-)
 @pytest.mark.parametrize(
     ("changes", "name"),
     [

@@ -10,11 +10,12 @@ from collections.abc import Sequence
 
 #: (subcommand, module, one-line help)
 COMMANDS: tuple[tuple[str, str, str], ...] = (
-    ("reproduce", "evalstop.experiments.reproduce", "run the paper's headline experiment"),
+    ("reproduce", "evalstop.experiments.reproduce", "the paper's headline, or every study (--all)"),
     ("simulate", "evalstop.experiments.simulate_cmd", "run one configuration from a TOML file"),
     ("replay", "evalstop.replay", "replay recorded eval curves through a detector"),
     ("bank", "evalstop.workloads.bank", "write a bank of eval curves from miniature RL runs"),
     ("validate", "evalstop.experiments.validate", "score stopping rules on the bank and real curves"),
+    ("report", "evalstop.experiments.report", "write the Markdown/HTML/PNG report of a results directory"),
     ("serve", "evalstop.service.cli", "run the EvalStop service"),
 )
 

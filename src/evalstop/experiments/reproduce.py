@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,15 +30,32 @@ COMPARED = ("jct_mean_s", "jct_p95_s", "jct_p99_s", "wasted_gpu_hours", "hacking
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--seeds", type=int, default=30, help="number of seeds (default 30)")
+    parser.add_argument("--seeds", type=int, default=None,
+                        help="number of seeds (default 30; with --all/--study: each study's own default)")
     parser.add_argument("--quick", action="store_true", help="8 seeds of 1,000 jobs: under a minute")
     parser.add_argument("--preset", default="paper", choices=sorted(PRESETS), help="workload preset")
     parser.add_argument("--workers", type=int, default=None, help="processes (default: one per core)")
     parser.add_argument("--json", action="store_true", help="print a machine-readable result")
+    studies = parser.add_argument_group("studies (every claim of the paper; see docs/studies.md)")
+    studies.add_argument("--all", action="store_true", help="run every named study; write results, report")
+    studies.add_argument("--study", action="append", metavar="NAME", help="run this study (repeatable)")
+    studies.add_argument("--list", action="store_true", help="list the named studies and exit")
+    studies.add_argument("--out", type=Path, default=Path("results"), help="results directory")
+    studies.add_argument("--ray-address", default=None,
+                         help="run tasks on this Ray cluster (default: $RAY_ADDRESS, else local processes)")
+    studies.add_argument("--cache", type=Path, default=None, help="cache directory (default OUT/cache)")
+    studies.add_argument("--no-cache", action="store_true", help="recompute every task")
+    studies.add_argument("--no-report", action="store_true", help="write results only, no report")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.all or args.study or args.list:
+        from .suite_cmd import run_studies
+
+        return run_studies(args)
+    if args.seeds is None:
+        args.seeds = 30
     if args.seeds < 2:
         print(f"--seeds must be >= 2 for paired statistics. Got {args.seeds} instead.", file=sys.stderr)
         return 2

@@ -59,6 +59,8 @@ class Scheduler(ABC):
     name: str = ""
     #: If True, the simulator may preempt running jobs that ``order`` ranks out of the GPUs.
     preemptive: bool = True
+    #: If True, a waiting job that fits may start ahead of a higher-ranked one that does not.
+    backfill: bool = True
 
     def on_job_add(self, job: JobView, now: float) -> None:  # noqa: B027 - optional hook
         """A job arrived."""

@@ -33,6 +33,7 @@ class EvalStop(Scheduler):
         self.watch = None if watch is None else frozenset(watch)
         self.name = f"evalstop({base.name})"
         self.preemptive = base.preemptive
+        self.backfill = base.backfill
 
     def watches(self, job: JobView) -> bool:
         return self.watch is None or job.kind in self.watch

@@ -8,10 +8,15 @@ from ._base import JobView, Scheduler
 
 
 class FIFO(Scheduler):
-    """Arrival order; never preempts."""
+    """Arrival order; never preempts. Strict by default: a wide job at the head of the queue
+    blocks the jobs behind it (no starvation); ``backfill=True`` lets smaller jobs start in the
+    GPUs it cannot use yet."""
 
     name = "fifo"
     preemptive = False
+
+    def __init__(self, backfill: bool = False) -> None:
+        self.backfill = backfill
 
     def order(self, jobs: Sequence[JobView], now: float) -> list[JobView]:
         return sorted(jobs, key=lambda j: (j.arrival_s, j.job_id))

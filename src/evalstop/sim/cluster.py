@@ -13,12 +13,12 @@ arrival to its end, so memory grows with the jobs in the system, not with the wo
 
 from __future__ import annotations
 
-import gc
 import hashlib
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
+from .._gc import cyclic_gc_paused
 from .._validation import check_choice, check_float
 from ..detectors import Decision, Verdict
 from ..schedulers import JobView, Scheduler
@@ -105,7 +105,7 @@ class ClusterSim:
 
     # -- the run -------------------------------------------------------------------------
     def run(self) -> SimResult:
-        with _cyclic_gc_paused():
+        with cyclic_gc_paused():
             self._run_events()
         return self._result()
 
@@ -115,13 +115,20 @@ class ClusterSim:
         while (event := self.engine.pop()) is not None:
             now = self.engine.now
             self._account(now)
-            kind, job, version = event
-            if kind == "arrive":
-                self._schedule_arrival(arrivals)
-                self._arrive(job, now)
-            elif version == job.version:
-                self._milestone(job, now)
+            self._handle(event, arrivals, now)
+            # Every event of this instant first (departures sort before arrivals), then one
+            # allocation: a job due to finish now is never preempted now.
+            while self.engine.peek_time() == now:
+                self._handle(self.engine.pop(), arrivals, now)
             self._reschedule(now)
+
+    def _handle(self, event: Any, arrivals: Iterator[tuple[JobSpec, JobTruth]], now: float) -> None:
+        kind, job, version = event
+        if kind == "arrive":
+            self._schedule_arrival(arrivals)
+            self._arrive(job, now)
+        elif version == job.version:
+            self._milestone(job, now)
 
     def _schedule_arrival(self, arrivals: Iterator[tuple[JobSpec, JobTruth]]) -> None:
         """Put the next arrival on the heap. Only arrivals share its priority and they come in
@@ -175,7 +182,7 @@ class ClusterSim:
     def _schedule_next(self, job: _Job) -> None:
         attained = job.attained_at_seg
         target = job.duration_s
-        if self.config.eval_path == "events" and job.next_eval < len(job.spec.evals):
+        if self._eval_events and job.next_eval < len(job.spec.evals):
             target = min(target, job.eval_target_s(job.next_eval))
         if job.kill_at is not None:
             target = min(target, job.eval_target_s(job.kill_at))
@@ -218,13 +225,19 @@ class ClusterSim:
             self._allocate_free(ranked, now)
 
     def _allocate_free(self, ranked: list[JobView], now: float) -> None:
-        """Start waiting jobs in rank order wherever they fit in the free GPUs."""
+        """Start waiting jobs in rank order wherever they fit in the free GPUs; without
+        backfilling, the first waiting job that does not fit blocks the ones behind it."""
         free = self.total_gpus - self.used_gpus
         for view in ranked:
             job = self.waiting.get(view.job_id)
-            if job is not None and view.gpus <= free:
-                free -= view.gpus
-                self._start(job, now)
+            if job is None:
+                continue
+            if view.gpus > free:
+                if not self.scheduler.backfill:
+                    return
+                continue
+            free -= view.gpus
+            self._start(job, now)
 
     def _allocate_preemptive(self, ranked: list[JobView], now: float) -> None:
         capacity = self.total_gpus
@@ -303,21 +316,6 @@ class ClusterSim:
         makespan = max(o.end_s for o in outcomes) - first
         policy = "oracle" if self.config.oracle else self.scheduler.name
         return SimResult(policy, self.seed, self.total_gpus, makespan, outcomes, _log_digest(self.log))
-
-
-@contextmanager
-def _cyclic_gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector for a run. The simulator's records hold no reference
-    cycles and reference counting still frees them; the collector would only rescan the
-    workload's millions of records, again and again (a quarter of a large run). Cycles a
-    scheduler creates are collected after the run."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _in_arrival_order(workload: Workload) -> Iterator[tuple[JobSpec, JobTruth]]:

@@ -33,5 +33,9 @@ class Engine:
         self.now = time
         return event
 
+    def peek_time(self) -> float | None:
+        """Time of the next event without popping it (None when empty)."""
+        return self._heap[0][0] if self._heap else None
+
     def __len__(self) -> int:
         return len(self._heap)

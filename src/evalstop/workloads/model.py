@@ -8,16 +8,15 @@ the metrics read.
 
 from __future__ import annotations
 
-import gc
 import itertools
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
 
-from .._validation import check_choice, check_float, check_int
+from .._gc import cyclic_gc_paused
+from .._validation import InvalidParameterError, check_choice, check_float, check_int
 from ..detectors import Eval
 from . import curves
 
@@ -83,17 +82,65 @@ class WorkloadConfig:
         check_float(owner, "budget_error_sigma", self.budget_error_sigma, low=0.0)
         for kind, shape in self.shapes.items():
             check_choice(owner, "shapes", kind, KINDS)
-            if max(shape.gpu_choices) > self.total_gpus:
-                raise ValueError(
-                    f"The 'shapes' parameter of {owner} asks for {max(shape.gpu_choices)} GPUs "
-                    f"per {kind} job, more than total_gpus={self.total_gpus}."
-                )
+            _check_shape(self, kind, shape)
+        missing = sorted(set(KINDS) - set(self.shapes))
+        if missing:
+            raise InvalidParameterError(
+                f"The 'shapes' parameter of {owner} must give a KindShape for every kind "
+                f"{list(KINDS)}. Missing {missing}."
+            )
+        for name, low in _RANGES.items():
+            _check_range(owner, name, getattr(self, name), low)
 
     def with_(self, **changes: Any) -> WorkloadConfig:
         unknown = set(changes) - {f.name for f in fields(self)}
         if unknown:
             raise ValueError(f"Unknown WorkloadConfig parameter(s): {sorted(unknown)}")
         return replace(self, **changes)
+
+
+#: (low, high) range parameters and the smallest value their low end may take (exclusive).
+_RANGES = {
+    "quality_start": -1e-12,
+    "rlhf_gain": -1e-12,
+    "healthy_rate": -1e-12,
+    "lora_rate": -1e-12,
+    "lora_gain": -1e-12,
+    "dpo_rate": -1e-12,
+    "dpo_gain": -1e-12,
+    "dpo_plateau_from": 0.0,
+    "loss_tau": 0.0,
+}
+
+
+def _check_range(owner: str, name: str, value: Any, low: float) -> None:
+    ok = isinstance(value, tuple) and len(value) == 2 and all(isinstance(v, (int, float)) for v in value)
+    if ok:
+        ok = low < value[0] <= value[1] and np.isfinite(value[1])
+    if not ok:
+        raise InvalidParameterError(
+            f"The {name!r} parameter of {owner} must be a (low, high) pair with "
+            f"{max(low, 0.0):g} {'<' if low >= 0 else '<='} low <= high. Got {value!r} instead."
+        )
+
+
+def _check_shape(config: WorkloadConfig, kind: str, shape: KindShape) -> None:
+    owner = type(config).__name__
+    problem = ""
+    if not shape.gpu_choices or any(not isinstance(g, int) or g < 1 for g in shape.gpu_choices):
+        problem = f"for {kind}: GPU choices must be ints >= 1"
+    elif len(shape.gpu_probs) != len(shape.gpu_choices) or any(q < 0 for q in shape.gpu_probs):
+        problem = f"for {kind}: needs one non-negative probability per GPU choice"
+    elif abs(sum(shape.gpu_probs) - 1.0) > 1e-9:
+        problem = f"for {kind}: GPU probabilities sum to {sum(shape.gpu_probs):g}, not 1"
+    elif not (shape.median_hours > 0 and np.isfinite(shape.median_hours)) or not shape.sigma >= 0:
+        problem = f"for {kind}: median_hours must be > 0 and sigma >= 0"
+    elif max(shape.gpu_choices) > config.total_gpus:
+        problem = (
+            f"asks for {max(shape.gpu_choices)} GPUs per {kind} job, more than total_gpus={config.total_gpus}"
+        )
+    if problem:
+        raise InvalidParameterError(f"The 'shapes' parameter of {owner} {problem}. Got {shape!r} instead.")
 
 
 PRESETS: dict[str, WorkloadConfig] = {
@@ -203,7 +250,10 @@ class JobColumns:
 
 
 def build_workload(
-    config: WorkloadConfig, seed: int, columns: JobColumns, s_curve: np.random.Generator,
+    config: WorkloadConfig,
+    seed: int,
+    columns: JobColumns,
+    s_curve: np.random.Generator,
     s_noise: np.random.Generator,
 ) -> Workload:
     """Jobs from drawn columns: curves, evals and hidden truth (also for trace-driven workloads).
@@ -213,7 +263,7 @@ def build_workload(
     p = np.arange(1, config.evals_per_job + 1) / config.evals_per_job
     jobs: list[JobSpec] = []
     truth: list[JobTruth] = []
-    with _gc_paused():
+    with cyclic_gc_paused():
         for first in range(0, columns.kinds.size, _BATCH):
             batch = columns.rows(first, first + _BATCH)
             drawn = _draw_curves(config, s_curve, batch.kinds, batch.hacking, p)
@@ -223,33 +273,35 @@ def build_workload(
     return Workload(config, seed, tuple(jobs), tuple(truth))
 
 
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while building millions of small acyclic records: it
-    would rescan every record built so far, again and again, and free nothing."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def _job_specs(batch: JobColumns, first_id: int, evals: list[tuple[Eval, ...]]) -> list[JobSpec]:
     ids = range(first_id, first_id + len(evals))
-    return list(map(
-        JobSpec, ids, batch.tenants.tolist(), batch.kinds.tolist(), batch.gpus.tolist(),
-        batch.arrival_s.tolist(), batch.budget_s.tolist(), evals,
-    ))
+    return list(
+        map(
+            JobSpec,
+            ids,
+            batch.tenants.tolist(),
+            batch.kinds.tolist(),
+            batch.gpus.tolist(),
+            batch.arrival_s.tolist(),
+            batch.budget_s.tolist(),
+            evals,
+        )
+    )
 
 
 def _job_truths(batch: JobColumns, drawn: _Curves) -> list[JobTruth]:
     true_at_evals = map(tuple, drawn.true_q.tolist())
-    return list(map(
-        JobTruth, batch.hacking.tolist(), batch.duration_s.tolist(), drawn.peak_p.tolist(), true_at_evals,
-        drawn.peak_value.tolist(), drawn.true_q[:, -1].tolist(),
-    ))
+    return list(
+        map(
+            JobTruth,
+            batch.hacking.tolist(),
+            batch.duration_s.tolist(),
+            drawn.peak_p.tolist(),
+            true_at_evals,
+            drawn.peak_value.tolist(),
+            drawn.true_q[:, -1].tolist(),
+        )
+    )
 
 
 def _eval_rows(p: np.ndarray, scores: np.ndarray, loss: np.ndarray) -> list[tuple[Eval, ...]]:
@@ -289,8 +341,11 @@ def _draw_curves(
     peak = _lerp((config.peak_low, config.peak_high), u[:, 1])
     rlhf, lora = kinds == "rlhf", kinds == "lora"
     hack = rlhf & hacking
-    gain = np.select([rlhf, lora], [_lerp(config.rlhf_gain, u[:, 3]), _lerp(config.lora_gain, u[:, 3])],
-                     _lerp(config.dpo_gain, u[:, 3]))
+    gain = np.select(
+        [rlhf, lora],
+        [_lerp(config.rlhf_gain, u[:, 3]), _lerp(config.lora_gain, u[:, 3])],
+        _lerp(config.dpo_gain, u[:, 3]),
+    )
     return _Curves(
         true_q=start[:, None] + gain[:, None] * _shapes(config, u, rlhf & ~hack, lora, hack, peak, p),
         # training_loss depends on p only through p / tau: one call covers every job.
@@ -301,8 +356,13 @@ def _draw_curves(
 
 
 def _shapes(
-    config: WorkloadConfig, u: np.ndarray, healthy: np.ndarray, lora: np.ndarray, hack: np.ndarray,
-    peak: np.ndarray, p: np.ndarray,
+    config: WorkloadConfig,
+    u: np.ndarray,
+    healthy: np.ndarray,
+    lora: np.ndarray,
+    hack: np.ndarray,
+    peak: np.ndarray,
+    p: np.ndarray,
 ) -> np.ndarray:
     """Each job's normalised curve shape at ``p``, from its uniforms ``u``, kind and peak."""
     shape = np.empty((u.shape[0], p.size))

@@ -1,0 +1,238 @@
+"""``evalstop report RESULTS_DIR``: Markdown, PNG figures and one self-contained HTML file.
+
+The claims table comes first: each claim of the paper, the paper's value, ours with its 95 %
+CI and p-value, and the verdict (and by how much it misses). Then one section per study: what
+it varies, its figures, and a table of every policy's means at every point. The HTML embeds
+the figures (base64), so it is one file to send around.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import html
+import json
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_arguments", "render_markdown", "run", "write_report"]
+
+_ROLE_TITLES = {
+    "paper": "The paper's claims, in the paper's setting",
+    "transfer": "The same claims beyond the paper's setting (realistic preset, Philly trace)",
+}
+_TABLE = (("precision", "precision", 100, "%"), ("recall", "recall", 100, "%"), ("fpr", "FPR", 100, "%"),
+          ("jct_mean_s", "JCT mean h", 1 / 3600, ""), ("jct_p95_s", "JCT p95 h", 1 / 3600, ""),
+          ("wasted_gpu_hours", "wasted GPU-h", 1, ""), ("hacking_gpu_hours", "GPU-h on hacking", 1, ""),
+          ("mean_regret_hacking", "regret (hacking)", 1, ""))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("results_dir", type=Path, help="a directory written by `evalstop reproduce --all`")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        paths = write_report(args.results_dir)
+    except FileNotFoundError as exc:
+        print(f"evalstop report: {exc}", file=sys.stderr)
+        return 2
+    except ImportError as exc:
+        print(f"evalstop report: {exc}; pip install 'evalstop[plot]'", file=sys.stderr)
+        return 2
+    print("\n".join(str(p) for p in paths))
+    return 0
+
+
+def write_report(results_dir: Path) -> list[Path]:
+    """Write ``report.md``, ``report.html`` and ``figures/*.png``; return their paths."""
+    source = results_dir / "results.json"
+    if not source.is_file():
+        raise FileNotFoundError(f"{source} not found (run `evalstop reproduce --all --out {results_dir}`)")
+    doc = json.loads(source.read_text())
+    figures = _write_figures(doc, results_dir / "figures")
+    md = render_markdown(doc, figures, relative_to=results_dir)
+    (results_dir / "report.md").write_text(md)
+    (results_dir / "report.html").write_text(render_html(doc, figures))
+    return [results_dir / "report.md", results_dir / "report.html", *figures.values()]
+
+
+def _write_figures(doc: Mapping[str, Any], folder: Path) -> dict[tuple[str, str], Path]:
+    from matplotlib import pyplot as plt
+
+    from .figures import FIGURES
+
+    folder.mkdir(parents=True, exist_ok=True)
+    out: dict[tuple[str, str], Path] = {}
+    for name, study in doc["studies"].items():
+        if study["status"] != "ok":
+            continue
+        for kind in study["figures"]:
+            fig = FIGURES[kind](study)
+            path = folder / f"{name}--{kind}.png"
+            fig.savefig(path, dpi=110)
+            plt.close(fig)
+            out[(name, kind)] = path
+    return out
+
+
+# -- Markdown --------------------------------------------------------------------------------
+def render_markdown(
+    doc: Mapping[str, Any], figures: Mapping[tuple[str, str], Path], relative_to: Path
+) -> str:
+    lines = ["# EvalStop: every claim of the paper, reproduced", "", _provenance(doc), ""]
+    lines += _claims_md(doc)
+    for name, study in doc["studies"].items():
+        lines += ["", f"## {study['title']}", ""]
+        if study["status"] != "ok":
+            lines += [f"Skipped: {study['reason']}"]
+            continue
+        lines += [study["description"], "", _setting(study), ""]
+        for kind in study["figures"]:
+            path = figures.get((name, kind))
+            if path is not None:
+                lines += [f"![{name} {kind}]({path.relative_to(relative_to)})", ""]
+        lines += _study_table(study)
+    return "\n".join(lines) + "\n"
+
+
+def _provenance(doc: Mapping[str, Any]) -> str:
+    tasks = doc["tasks"]
+    return (f"evalstop {doc['code_version']}, {doc['created_utc']}, {doc['backend']}; "
+            f"{tasks['ran']} tasks run and {tasks['cached']} read from the cache in {doc['wall_s']} s. "
+            "Means over seeds with bootstrap 95 % CIs; changes are paired by seed (every policy sees the "
+            "same workloads), p from the paired t-test (Wilcoxon in results.json).")
+
+
+def _claims_md(doc: Mapping[str, Any]) -> list[str]:
+    lines: list[str] = []
+    for role, title in _ROLE_TITLES.items():
+        claims = [c for c in doc["claims"] if c["role"] == role]
+        if not claims:
+            continue
+        n_ok = sum(c["reproduced"] for c in claims)
+        lines += [f"## {title}: {n_ok} of {len(claims)} reproduced", "",
+                  "| study | claim | paper | ours (95 % CI) | tolerance | verdict |",
+                  "|---|---|---|---|---|---|"]
+        for c in claims:
+            mark = "✅" if c["reproduced"] else "❌"
+            lines.append(f"| {c['study']} | {c['name']} | {c['paper']} | {c['ours']} | {c['tolerance']} | "
+                         f"{mark} {c['verdict']} |")
+        notes = [c for c in claims if c["note"] and not c["reproduced"]]
+        if notes:
+            lines += ["", "Why we believe the misses miss:", ""]
+            lines += [f"- **{c['study']}: {c['name']}.** {' '.join(c['note'].split())}" for c in notes]
+        lines.append("")
+    return lines
+
+
+def _setting(study: Mapping[str, Any]) -> str:
+    w = study["points"][0]["workload"]
+    trace = " Arrivals, sizes and durations from the Philly trace." if study["points"][0]["trace"] else ""
+    swept = f" Swept: `{study['x_param']}` = {study['x_values']}." if study["x_param"] else ""
+    return (f"Setting: {w['total_gpus']} GPUs, {w['n_jobs']} jobs per run, load {w['offered_load']}, "
+            f"{100 * w['rlhf_share']:.0f} % RLHF ({100 * w['hacking_share']:.0f} % of them hacking), "
+            f"{w['evals_per_job']} evals per job, eval noise sd {w['eval_noise']}; "
+            f"{len(study['seeds'])} seeds; "
+            f"baseline {study['baseline']}.{swept}{trace}")
+
+
+def _study_table(study: Mapping[str, Any]) -> list[str]:
+    swept = bool(study["x_param"])
+    head = ["point"] if swept else []
+    head += ["policy", *[t[1] for t in _TABLE], "JCT change", "p (t / Wilcoxon)", "d_z"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for i, point in enumerate(study["summary"]):
+        x = (study["tick_labels"] or study["x_values"])[i]
+        for label, stats in point.items():
+            cells = [str(x)] if swept else []
+            cells += [label, *[_stat(stats[m], scale, unit) for m, _, scale, unit in _TABLE]]
+            cells += _jct_change(study["comparisons"][i].get(label))
+            lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _stat(stat: Mapping[str, Any], scale: float, unit: str) -> str:
+    if stat["mean"] is None:
+        return "—"
+    digits = 1 if unit == "%" or scale == 1 else 2
+    text = f"{scale * stat['mean']:.{digits}f}"
+    if stat["lo"] is not None:
+        text += f" [{scale * stat['lo']:.{digits}f}, {scale * stat['hi']:.{digits}f}]"
+    return text
+
+
+def _jct_change(comparisons: Mapping[str, Any] | None) -> list[str]:
+    c = None if comparisons is None else comparisons.get("jct_mean_s")
+    if c is None or c["rel_change"] is None:
+        return ["—", "—", "—"]
+    change = f"{100 * c['rel_change']:+.1f} % [{_pct(c['rel_change_ci_lo'])}, {_pct(c['rel_change_ci_hi'])}]"
+    p = f"{_p(c['p_ttest'])} / {_p(c['p_wilcoxon'])}"
+    dz = "—" if c["cohens_dz"] is None else f"{c['cohens_dz']:.2f}"
+    return [change, p, dz]
+
+
+def _pct(v: float | None) -> str:
+    return "—" if v is None else f"{100 * v:+.1f}"
+
+
+def _p(v: float | None) -> str:
+    return "—" if v is None else f"{v:.2g}"
+
+
+# -- HTML ------------------------------------------------------------------------------------
+_CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 6px}
+th{background:#f3f3f3}tr.ok td.verdict{background:#e6f4e6}tr.miss td.verdict{background:#fbe3e3}
+img{max-width:100%;border:1px solid #eee;margin:.5em 0}.note{font-size:13px;color:#444}"""
+
+
+def render_html(doc: Mapping[str, Any], figures: Mapping[tuple[str, str], Path]) -> str:
+    e = html.escape
+    parts = ["<!doctype html><html><head><meta charset='utf-8'>",
+             "<title>EvalStop: every claim of the paper, reproduced</title>",
+             f"<style>{_CSS}</style></head><body>",
+             "<h1>EvalStop: every claim of the paper, reproduced</h1>", f"<p>{e(_provenance(doc))}</p>"]
+    for role, title in _ROLE_TITLES.items():
+        claims = [c for c in doc["claims"] if c["role"] == role]
+        if not claims:
+            continue
+        n_ok = sum(c["reproduced"] for c in claims)
+        parts.append(f"<h2>{e(title)}: {n_ok} of {len(claims)} reproduced</h2><table id='claims-{role}'>")
+        parts.append("<tr><th>study</th><th>claim</th><th>paper</th><th>ours (95 % CI)</th><th>tolerance</th>"
+                     "<th>verdict</th></tr>")
+        for c in claims:
+            cls = "ok" if c["reproduced"] else "miss"
+            keys = ("study", "name", "paper", "ours", "tolerance")
+            cells = "".join(f"<td>{e(str(c[k]))}</td>" for k in keys)
+            parts.append(f"<tr class='{cls}'>{cells}<td class='verdict'>{e(c['verdict'])}</td></tr>")
+        parts.append("</table>")
+        for c in claims:
+            if c["note"] and not c["reproduced"]:
+                note = e(" ".join(c["note"].split()))
+                parts.append(f"<p class='note'><b>{e(c['study'])}: {e(c['name'])}.</b> {note}</p>")
+    for name, study in doc["studies"].items():
+        parts.append(f"<h2 id='{e(name)}'>{e(study['title'])}</h2>")
+        if study["status"] != "ok":
+            parts.append(f"<p>Skipped: {e(study['reason'])}</p>")
+            continue
+        parts.append(f"<p>{e(study['description'])}</p><p class='note'>{e(_setting(study))}</p>")
+        for kind in study["figures"]:
+            path = figures.get((name, kind))
+            if path is not None:
+                data = base64.b64encode(path.read_bytes()).decode()
+                parts.append(f"<img alt='{e(name)} {e(kind)}' src='data:image/png;base64,{data}'>")
+        parts.append(_md_table_to_html(_study_table(study)))
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def _md_table_to_html(lines: list[str]) -> str:
+    e = html.escape
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in lines if not line.startswith("|---")]
+    head = "".join(f"<th>{e(c)}</th>" for c in rows[0])
+    body = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in rows[1:])
+    return f"<table><tr>{head}</tr>{body}</table>"
