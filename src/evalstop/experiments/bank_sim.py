@@ -1,9 +1,7 @@
 """Cluster-level numbers on real dynamics: simulated workloads whose RLHF jobs replay bank runs.
 
-``run_bank_seed`` is ``runner.run_seed`` with one change: after the workload is generated for
-``seed``, its RLHF jobs take their eval curves and truth from the bank
-(``workloads.bank.bank_workload``, drawn with the same seed). Sizes, arrivals and the LoRA/DPO
-jobs are those of the preset.
+``run_bank_seed`` is ``runner.run_seed`` with a bank: the RLHF jobs take their eval curves and
+truth from bank runs (``workloads.bank.bank_workload``, drawn with the same seed).
 """
 
 from __future__ import annotations
@@ -13,11 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from ..sim.cluster import SimConfig, simulate
-from ..sim.metrics import compute_metrics
-from ..workloads import WorkloadConfig, generate
-from ..workloads.bank import BankRun, bank_workload
+from ..sim.cluster import SimConfig
+from ..workloads import WorkloadConfig
+from ..workloads.bank import BankRun
 from .policies import PAPER_DETECTOR, PolicySpec
+from .runner import run_seed
 
 Row = dict[str, Any]
 METRICS = (
@@ -43,14 +41,7 @@ def run_bank_seed(
     sim: SimConfig | None = None,
 ) -> list[Row]:
     """Pure: one bank-backed workload for ``seed``, every policy on it, one row per policy."""
-    jobs = bank_workload(generate(workload, seed), runs, seed)
-    rows = []
-    for policy in policies:
-        scheduler, config = policy.build(sim)
-        row = compute_metrics(simulate(jobs, scheduler, config)).as_dict()
-        row["policy"] = policy.label
-        rows.append(row)
-    return rows
+    return run_seed(workload, policies, seed, sim, bank=runs)
 
 
 def summarise(rows: Sequence[Row]) -> dict[str, dict[str, float]]:

@@ -16,8 +16,7 @@ from typing import Any
 from ..sim.cluster import SimConfig, simulate
 from ..sim.metrics import compute_metrics
 from ..workloads import WorkloadConfig, generate
-from ..workloads.bank import BankRun
-from .bank_sim import run_bank_seed
+from ..workloads.bank import BankRun, bank_workload
 from .policies import PolicySpec
 
 Row = dict[str, Any]
@@ -30,10 +29,12 @@ def run_seed(
     sim: SimConfig | None = None,
     bank: Sequence[BankRun] | None = None,
 ) -> list[Row]:
-    """Pure: one workload for ``seed``, every policy on it, one metrics row per policy."""
-    if bank is not None:
-        return run_bank_seed(workload, bank, policies, seed, sim)
+    """Pure: one workload for ``seed``, every policy on it, one metrics row per policy. With a
+    ``bank``, the RLHF jobs take their eval curves and truth from bank runs (drawn with the same
+    seed); sizes, arrivals and the LoRA/DPO jobs stay those of the preset."""
     jobs = generate(workload, seed)
+    if bank is not None:
+        jobs = bank_workload(jobs, bank, seed)
     rows = []
     for policy in policies:
         scheduler, config = policy.build(sim)
