@@ -36,13 +36,3 @@ class PolicySpec:
         if self.oracle:
             config = SimConfig(config.preempt_overhead_s, config.eval_path, oracle=True)
         return scheduler, config
-
-
-HEADLINE_POLICIES: tuple[PolicySpec, ...] = (
-    PolicySpec("SRTF-Est"),
-    PolicySpec("EvalStop + SRTF-Est", detector=PAPER_DETECTOR),
-    PolicySpec("StopAt-0.65", detector="fixed-progress:at=0.65"),
-    PolicySpec("Loss-plateau", detector="loss-plateau:patience=2,min_rel_delta=0.02"),
-    PolicySpec("SLAQ-style", detector="slaq"),
-    PolicySpec("Oracle", oracle=True),
-)

@@ -1,39 +1,35 @@
-"""``evalstop reproduce``: the paper's headline table, ours beside the paper's."""
+"""``evalstop reproduce``: the paper's headline table, ours beside the paper's.
+
+Plain ``reproduce`` runs the ``headline`` study of specs/ (policies, workload and claims come
+from there, so it and ``--all`` can never disagree); ``--all``/``--study`` run the suite."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..workloads import PRESETS, WorkloadConfig
-from .claims import Claim, headline_claims
-from .policies import HEADLINE_POLICIES, PolicySpec
-from .runner import Row, run_seeds, stderr_progress
-from .stats import mean_ci, paired_compare
+from .analysis import analyse_study
+from .runner import run_seeds, stderr_progress
+from .spec import StudySpec, load_studies
 
-BASELINE = "SRTF-Est"
-TREATMENT = "EvalStop + SRTF-Est"
-SUMMARY_METRICS = (
-    "precision", "recall", "fpr", "fpr_healthy_rlhf", "jct_mean_s", "jct_p50_s", "jct_p95_s",
-    "jct_p99_s", "wasted_gpu_hours", "hacking_gpu_hours", "mean_regret_hacking", "utilisation",
-)
-COMPARED = ("jct_mean_s", "jct_p95_s", "jct_p99_s", "wasted_gpu_hours", "hacking_gpu_hours")
+#: The study each ``--preset`` runs (src/evalstop/experiments/specs/).
+HEADLINE_STUDIES = {"paper": "headline", "realistic": "headline-realistic"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", type=int, default=None,
                         help="number of seeds (default 30; with --all/--study: each study's own default)")
     parser.add_argument("--quick", action="store_true", help="8 seeds of 1,000 jobs: under a minute")
-    parser.add_argument("--preset", default="paper", choices=sorted(PRESETS), help="workload preset")
+    parser.add_argument("--preset", default="paper", choices=sorted(HEADLINE_STUDIES),
+                        help="workload preset: runs the 'headline' or 'headline-realistic' study")
     parser.add_argument("--workers", type=int, default=None, help="processes (default: one per core)")
     parser.add_argument("--json", action="store_true", help="print a machine-readable result")
     studies = parser.add_argument_group("studies (every claim of the paper; see docs/studies.md)")
@@ -54,17 +50,13 @@ def run(args: argparse.Namespace) -> int:
         from .suite_cmd import run_studies
 
         return run_studies(args)
-    if args.seeds is None:
-        args.seeds = 30
-    if args.seeds < 2:
-        print(f"--seeds must be >= 2 for paired statistics. Got {args.seeds} instead.", file=sys.stderr)
+    seeds = 30 if args.seeds is None else args.seeds
+    if seeds < 2:
+        print(f"--seeds must be >= 2 for paired statistics. Got {seeds} instead.", file=sys.stderr)
         return 2
-    workload = PRESETS[args.preset]
-    seeds = args.seeds
-    if args.quick:
-        workload, seeds = workload.with_(n_jobs=1000), 8
+    study = headline_study(args.preset, n_jobs=1000 if args.quick else None)
     started = time.perf_counter()
-    result = reproduce(workload, range(1, seeds + 1), HEADLINE_POLICIES, workers=args.workers)
+    result = reproduce(study, range(1, (8 if args.quick else seeds) + 1), workers=args.workers)
     result["wall_s"] = round(time.perf_counter() - started, 2)
     result["preset"] = args.preset
     if args.json:
@@ -74,46 +66,31 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def reproduce(
-    workload: WorkloadConfig, seeds: Sequence[int], policies: Sequence[PolicySpec], workers: int | None = None
-) -> dict[str, Any]:
-    rows = run_seeds(workload, policies, list(seeds), workers=workers, progress=stderr_progress("reproduce"))
-    summary = {p.label: _summarise([r for r in rows if r["policy"] == p.label]) for p in policies}
-    comparisons = {
-        metric: paired_compare(_series(rows, BASELINE, metric), _series(rows, TREATMENT, metric),
-                               n_boot=5000).as_dict()
-        for metric in COMPARED
-    }
-    claims = headline_claims(summary, comparisons)
+def headline_study(preset: str = "paper", n_jobs: int | None = None) -> StudySpec:
+    """The headline study for ``preset`` (its spec in specs/), optionally with fewer jobs."""
+    study = load_studies([HEADLINE_STUDIES[preset]])[0]
+    if n_jobs is None:
+        return study
+    points = tuple(replace(p, workload=p.workload.with_(n_jobs=n_jobs)) for p in study.points)
+    return replace(study, points=points)
+
+
+def reproduce(study: StudySpec, seeds: Sequence[int], workers: int | None = None) -> dict[str, Any]:
+    """Run a one-point study on ``seeds`` and analyse it as ``--all`` would (same claims)."""
+    (point,) = study.points
+    rows = run_seeds(point.workload, point.policies, list(seeds), point.sim, workers=workers,
+                     progress=stderr_progress("reproduce"))
+    analysed = analyse_study(study, [rows], list(seeds))
     return {
-        "workload": asdict(workload),
+        "study": study.name,
+        "workload": asdict(point.workload),
         "seeds": list(seeds),
-        "policies": [asdict(p) for p in policies],
-        "summary": summary,
-        "comparisons_vs_srtf": comparisons,
-        "claims": [asdict(c) for c in claims],
+        "policies": [asdict(p) for p in point.policies],
+        "summary": analysed["summary"][0],
+        "comparisons_vs_baseline": analysed["comparisons"][0][study.treatment],
+        "claims": analysed["claims"],
         "rows": rows,
     }
-
-
-def _series(rows: list[Row], policy: str, metric: str) -> list[float]:
-    return [float(r[metric]) for r in rows if r["policy"] == policy]
-
-
-def _summarise(rows: list[Row]) -> dict[str, dict[str, float | None]]:
-    out: dict[str, dict[str, float | None]] = {}
-    for metric in SUMMARY_METRICS:
-        values = [float(r[metric]) for r in rows if r[metric] is not None]
-        if not values:
-            out[metric] = {"mean": None, "lo": None, "hi": None, "n": 0}
-            continue
-        mean, lo, hi = mean_ci(values, n_boot=2000)
-        out[metric] = {"mean": mean, "lo": _none(lo), "hi": _none(hi), "n": len(values)}
-    return out
-
-
-def _none(x: float) -> float | None:
-    return None if math.isnan(x) else x
 
 
 def _json_default(obj: Any) -> Any:
@@ -159,4 +136,4 @@ def _num(stat: dict[str, Any], digits: int) -> str:
     return "—" if stat["mean"] is None else f"{stat['mean']:.{digits}f}"
 
 
-__all__ = ["Claim", "add_arguments", "render", "reproduce", "run"]
+__all__ = ["add_arguments", "headline_study", "render", "reproduce", "run"]

@@ -13,13 +13,16 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
+import numpy as np
+
 from ..sim.cluster import SimConfig, simulate
 from ..sim.metrics import compute_metrics
-from ..workloads import WorkloadConfig, generate
+from ..workloads import Workload, WorkloadConfig, generate
 from ..workloads.bank import BankRun, bank_workload
 from .policies import PolicySpec
 
 Row = dict[str, Any]
+CDF_QUANTILES = np.linspace(0.0, 100.0, 101)
 
 
 def run_seed(
@@ -35,11 +38,23 @@ def run_seed(
     jobs = generate(workload, seed)
     if bank is not None:
         jobs = bank_workload(jobs, bank, seed)
+    return run_policies(jobs, policies, sim)
+
+
+def run_policies(
+    jobs: Workload, policies: Sequence[PolicySpec], sim: SimConfig | None = None, jct_cdf: bool = False
+) -> list[Row]:
+    """Every policy on the same jobs (common random numbers): one metrics row per policy, with
+    the JCT percentiles 0..100 if ``jct_cdf``."""
     rows = []
     for policy in policies:
         scheduler, config = policy.build(sim)
-        row = compute_metrics(simulate(jobs, scheduler, config)).as_dict()
+        result = simulate(jobs, scheduler, config)
+        row = compute_metrics(result).as_dict()
         row["policy"] = policy.label
+        if jct_cdf:
+            jct = np.array([o.jct_s for o in result.outcomes])
+            row["jct_quantiles_s"] = [float(q) for q in np.percentile(jct, CDF_QUANTILES)]
         rows.append(row)
     return rows
 

@@ -23,38 +23,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from .. import __version__
-from ..sim.cluster import simulate
-from ..sim.metrics import compute_metrics
 from ..workloads import Workload, generate
+from .runner import run_policies
 from .spec import PointSpec
 
 __all__ = ["Cache", "Progress", "Task", "code_version", "execute", "run_point"]
 
 Row = dict[str, Any]
 #: Quantiles kept per row for JCT CDF plots (0, 1, ..., 100 %).
-CDF_QUANTILES = np.linspace(0.0, 100.0, 101)
 #: Source files whose change can change a simulation result; they define the code version.
-_SIM_SOURCES = ("sim", "workloads", "detectors", "schedulers", "_validation.py",
-                "experiments/policies.py", "experiments/sweep.py")
+_SIM_SOURCES = ("sim", "workloads", "detectors", "schedulers", "_validation.py", "_gc.py",
+                "experiments/policies.py", "experiments/runner.py", "experiments/sweep.py")
 
 
 def run_point(point: PointSpec, seed: int) -> list[Row]:
     """Pure: the workload of ``seed``, every policy of ``point`` on it, one row per policy."""
-    workload = _workload(point, seed)
-    rows = []
-    for policy in point.policies:
-        scheduler, config = policy.build(point.sim)
-        result = simulate(workload, scheduler, config)
-        row = compute_metrics(result).as_dict()
-        row["policy"] = policy.label
-        if point.jct_cdf:
-            jct = np.array([o.jct_s for o in result.outcomes])
-            row["jct_quantiles_s"] = [float(q) for q in np.percentile(jct, CDF_QUANTILES)]
-        rows.append(row)
-    return rows
+    return run_policies(_workload(point, seed), point.policies, point.sim, jct_cdf=point.jct_cdf)
 
 
 def _workload(point: PointSpec, seed: int) -> Workload:
