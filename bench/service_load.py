@@ -12,15 +12,19 @@ the server on a small machine):
    to the reply (so a stalled server cannot hide queueing), p50/p99/max, plus the achieved rate.
 
 Every reply carries the detector's decision, so the latency is "score in -> decision out".
+The paced phase also reports the CPU time per request of the server (from /proc, when this
+script started it or got ``--server-pid``) and of this client, which share the machine.
 
     .venv/bin/python bench/service_load.py                     # both phases, 10 s each
     .venv/bin/python bench/service_load.py --seconds 5 --json
+    .venv/bin/python bench/service_load.py --phases paced       # one phase only
     .venv/bin/python bench/service_load.py --url http://127.0.0.1:8000 --admin-token ...
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import http.client
 import json
 import os
@@ -116,13 +120,15 @@ def batched(
 
 
 def paced(
-    base: str, token: str, jobs: list[str], rate: float, seconds: float, threads: int
+    base: str, token: str, jobs: list[str], rate: float, seconds: float, threads: int,
+    server_pid: int | None = None,
 ) -> dict[str, Any]:
     """Request ``i`` is due at ``t0 + i / rate``; thread ``i % threads`` sends it, to one of that
     thread's own jobs (so each job's steps arrive in order)."""
     n = int(rate * seconds)
     latencies: list[float] = [0.0] * n
     t0 = time.monotonic() + 0.2
+    cpu0 = time.process_time(), _cpu_s(server_pid)
 
     def run(k: int) -> None:
         c, mine = Conn(base, token), jobs[k::threads]
@@ -136,10 +142,22 @@ def paced(
 
     _run_threads(run, threads)
     wall = time.monotonic() - t0
+    client_cpu, server_cpu = time.process_time() - cpu0[0], _cpu_s(server_pid)
     ms = sorted(x * 1000 for x in latencies)
     return {"requests": n, "target_rate": rate, "achieved_rate": round(n / wall),
             "p50_ms": round(statistics.median(ms), 2), "p99_ms": round(ms[int(0.99 * (n - 1))], 2),
-            "max_ms": round(ms[-1], 2)}
+            "max_ms": round(ms[-1], 2), "client_cpu_ms_per_request": round(1000 * client_cpu / n, 3),
+            "server_cpu_ms_per_request": None if server_cpu is None or cpu0[1] is None
+            else round(1000 * (server_cpu - cpu0[1]) / n, 3)}
+
+
+def _cpu_s(pid: int | None) -> float | None:
+    """CPU seconds (user + system) used so far by process ``pid``; None where /proc is missing."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except (OSError, TypeError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _run_threads(target: Any, n: int) -> None:
@@ -161,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rate", type=float, default=1000.0)
     p.add_argument("--paced-threads", type=int, default=8)
     p.add_argument("--synchronous", choices=["FULL", "NORMAL"], default="FULL")
+    p.add_argument("--server-pid", type=int, help="with --url: the server's pid, to report its CPU time")
+    p.add_argument("--phases", default="batched,paced", help="comma-separated: batched, paced")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="evalstop-bench-") as tmp:
@@ -170,14 +190,19 @@ def main(argv: list[str] | None = None) -> int:
         else:
             proc, base = start_server(Path(tmp), args.synchronous)
         try:
-            token, jobs = make_jobs(base, args.admin_token, args.jobs)
-            token2, fresh = make_jobs(base, args.admin_token, args.jobs)  # histories start empty
-            result = {
-                "synchronous": args.synchronous, "cpus": os.cpu_count(), "load_avg_before": os.getloadavg(),
-                "batched": batched(base, token, jobs, args.clients, args.batch, args.seconds),
-                "paced": paced(base, token2, fresh, args.rate, args.seconds, args.paced_threads),
-                "load_avg_after": os.getloadavg(),
-            }
+            gc.collect()
+            gc.freeze()  # no full-collection pauses in the client's own timing (the server does the same)
+            phases = set(args.phases.split(","))
+            result: dict[str, Any] = {"synchronous": args.synchronous, "cpus": os.cpu_count(),
+                                      "load_avg_before": os.getloadavg()}
+            if "batched" in phases:
+                token, jobs = make_jobs(base, args.admin_token, args.jobs)
+                result["batched"] = batched(base, token, jobs, args.clients, args.batch, args.seconds)
+            if "paced" in phases:
+                token, fresh = make_jobs(base, args.admin_token, args.jobs)  # histories start empty
+                pid = args.server_pid or (proc.pid if proc is not None else None)
+                result["paced"] = paced(base, token, fresh, args.rate, args.seconds, args.paced_threads, pid)
+            result["load_avg_after"] = os.getloadavg()
         finally:
             if proc is not None:
                 proc.terminate()
@@ -185,11 +210,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        b, q = result["batched"], result["paced"]
-        print(f"batched: {b['scores_per_s']} scores/s ({b['scores']} scores in {b['seconds']} s, "
-              f"{args.clients} clients x batches of {args.batch}, synchronous={args.synchronous})")
-        print(f"paced {q['target_rate']:.0f}/s single scores: achieved {q['achieved_rate']}/s, "
-              f"decision latency p50 {q['p50_ms']} ms, p99 {q['p99_ms']} ms, max {q['max_ms']} ms")
+        if "batched" in result:
+            b = result["batched"]
+            print(f"batched: {b['scores_per_s']} scores/s ({b['scores']} scores in {b['seconds']} s, "
+                  f"{args.clients} clients x batches of {args.batch}, synchronous={args.synchronous})")
+        if "paced" in result:
+            q = result["paced"]
+            print(f"paced {q['target_rate']:.0f}/s single scores: achieved {q['achieved_rate']}/s, "
+                  f"decision latency p50 {q['p50_ms']} ms, p99 {q['p99_ms']} ms, max {q['max_ms']} ms")
+            print(f"  CPU per request: server {q['server_cpu_ms_per_request']} ms, "
+                  f"client {q['client_cpu_ms_per_request']} ms")
         print(f"load average before/after: {result['load_avg_before']} / {result['load_avg_after']}")
     return 0
 

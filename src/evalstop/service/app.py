@@ -15,6 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .context import ServiceContext
 from .errors import DomainError
+from .fastpath import ScoresFastPath
 from .routes import ops, router
 from .settings import ServiceSettings
 
@@ -45,7 +46,8 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
     app.add_exception_handler(DomainError, _domain_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(OperationalError, _database_error)
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(ScoresFastPath, ctx=ctx, domain_error=_domain_error, database_error=_database_error)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)  # outermost: limits the fast path too
     return app
 
 

@@ -22,11 +22,20 @@ from sqlalchemy.engine import Connection, RowMapping
 
 from ..detectors import Detector, parse_spec
 from .errors import Conflict, Forbidden, InvalidInput, NotFound
-from .ingest import IngestResult, ScoreIn, decide_stop, ingest_scores, load_history, lock_job
+from .ingest import (
+    IngestResult,
+    ScoreIn,
+    decide_stop,
+    ingest_scores,
+    ingest_scores_async,
+    load_history,
+    lock_job,
+)
 from .store import Store, decisions, jobs, outbox, scores, tenants
 
 __all__ = [
-    "IngestResult", "JobSpec", "ScoreIn", "create_tenant", "get_job", "ingest_scores", "list_decisions",
+    "IngestResult", "JobSpec", "ScoreIn", "create_tenant", "get_job", "ingest_scores", "ingest_scores_async",
+    "list_decisions",
     "list_jobs", "list_scores", "list_tenants", "register_job", "set_job_shadow", "set_override",
     "set_tenant_shadow", "tenant_for_token",
 ]
@@ -202,7 +211,7 @@ def set_override(store: Store, job_id: str, tenant: str | None, override: str | 
             raise Conflict(f"Job {job_id} is already {job['state']}; never_stop cannot undo a stop.")
         if override == "stop_now" and job["state"] == "running":
             history = load_history(conn, job, store.limits.max_history)
-            verdict = parse_spec(job["detector"]).evaluate([h.eval for h in history])
+            verdict = parse_spec(job["detector"]).evaluate(history.evals)
             decide_stop(conn, job, "override", verdict, history, store.clock(), shadow=False,
                         reason=f"stop_now override by {'operator' if tenant is None else 'tenant'}")
         if override != "stop_now" or job["state"] == "running":

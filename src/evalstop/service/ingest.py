@@ -15,17 +15,21 @@ Rules (documented in the README):
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 from sqlalchemy.engine import Connection, RowMapping
 
 from ..detectors import Detector, Eval, Verdict, parse_spec
 from .errors import Conflict, InvalidInput, NotFound, PayloadTooLarge
 from .store import Limits, Store, decisions, jobs, outbox, scores, tenants
+
+#: A job row as ingest reads it (a RowMapping, or a dict on the SQLite fast path).
+JobRow = Mapping[Any, Any]
 
 
 @dataclass(frozen=True)
@@ -60,45 +64,72 @@ class IngestResult:
     best_checkpoint_uri: str | None
 
 
-@dataclass(frozen=True)
-class HistoryItem:
-    eval: Eval
-    checkpoint_uri: str | None
+@dataclass(frozen=True, slots=True)
+class History:
+    """A job's watched-metric history in step order: the evals the detector sees, and the
+    checkpoint posted with each (parallel tuples, so the detector gets ``evals`` as is)."""
+
+    evals: tuple[Eval, ...] = ()
+    uris: tuple[str | None, ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.evals)
+
+    @property
+    def last_step(self) -> int | None:
+        return self.evals[-1].step if self.evals else None
+
+    def uri_at(self, index: int | None) -> str | None:
+        return None if index is None else self.uris[index]
 
 
 def ingest_scores(
     store: Store, job_id: str, tenant: str | None, scores_in: Sequence[ScoreIn]
 ) -> IngestResult:
     """Store ``scores_in`` for the job and decide; raises a DomainError (nothing written) on refusal."""
-    _validate(store.limits, scores_in)
-    now = store.clock()
-    result, history = store.write(lambda conn: _ingest(store, conn, job_id, tenant, scores_in, now))
+    result, history = store.write(_unit(store, job_id, tenant, scores_in))
     store.history_cache.put(job_id, history)  # only once committed
     return result
 
 
+async def ingest_scores_async(
+    store: Store, job_id: str, tenant: str | None, scores_in: Sequence[ScoreIn]
+) -> IngestResult:
+    """:func:`ingest_scores` for an event loop: waits for the commit without holding a thread."""
+    result, history = await store.write_async(_unit(store, job_id, tenant, scores_in))
+    store.history_cache.put(job_id, history)  # only once committed
+    return result
+
+
+def _unit(
+    store: Store, job_id: str, tenant: str | None, scores_in: Sequence[ScoreIn]
+) -> Callable[[Connection], tuple[IngestResult, History]]:
+    """Validate now (refuse before queueing), and return the write unit for the store."""
+    _validate(store.limits, scores_in)
+    now = store.clock()
+    return lambda conn: _ingest(store, conn, job_id, tenant, scores_in, now)
+
+
 def _ingest(
     store: Store, conn: Connection, job_id: str, tenant: str | None, scores_in: Sequence[ScoreIn], now: float
-) -> tuple[IngestResult, tuple[HistoryItem, ...]]:
-    job = lock_job(conn, job_id, tenant)
-    rows, duplicates, latest = _insert_new(conn, job, scores_in, now)
-    history = _history(store, conn, job, rows, latest.get(job["metric"]))
-    verdict = detector_for(job["detector"]).evaluate([h.eval for h in history])
-    decided_now, note = False, verdict.reason
+) -> tuple[IngestResult, History]:
+    job = _read_job(store, conn, job_id, tenant)
+    rows, duplicates = _insert_new(store, conn, job, scores_in, now)
+    history = _history(store, conn, job, rows, job["latest"])
+    verdict = detector_for(job["detector"]).evaluate(history.evals)
+    decided_now, note, state = False, verdict.reason, job["state"]
+    enforced, shadow_stop = bool(job["enforced"]), bool(job["shadow_stop"])
     if verdict.stopped and rows:
-        decided_now, note = _maybe_decide(conn, job, verdict, history, now)
-    current = conn.execute(sa.select(decisions.c.shadow, decisions.c.enforced)
-                           .where(decisions.c.job_id == job_id)).all()
-    state = job["state"]
-    if decided_now:
-        state = conn.execute(sa.select(jobs.c.state).where(jobs.c.id == job_id)).scalar_one()
-    best_uri = history[verdict.best_index].checkpoint_uri if verdict.best_index is not None else None
+        decided_now, note, shadow = _maybe_decide(conn, job, verdict, history, now, job["detector_decided"])
+        if decided_now:
+            enforced, shadow_stop = enforced or not shadow, shadow_stop or shadow
+            state = state if shadow else "stopping"
     result = IngestResult(
         job_id=job_id, accepted=len(rows), duplicates=duplicates,
-        decision="stop" if any(d.enforced for d in current) else "continue", state=state, reason=note,
-        decided_now=decided_now, shadow_stop=any(d.shadow for d in current), stop_step=verdict.stop_step,
+        decision="stop" if enforced else "continue", state=state, reason=note,
+        decided_now=decided_now, shadow_stop=shadow_stop, stop_step=verdict.stop_step,
         n_evals=len(history), best_step=verdict.best_step, best_score=verdict.best_score,
-        best_checkpoint_uri=best_uri,
+        best_checkpoint_uri=history.uri_at(verdict.best_index),
     )
     return result, history
 
@@ -108,54 +139,135 @@ def detector_for(spec: str) -> Detector:
     return parse_spec(spec)
 
 
+# Statements of the ingest path, built once: SQLAlchemy then skips building the expression and
+# its cache key on every request (a third of the per-request CPU before, by profile).
+def _lock_query(scoped: bool) -> sa.Select[Any]:
+    query = (sa.select(jobs, tenants.c.shadow.label("tenant_shadow"))
+             .join(tenants, tenants.c.name == jobs.c.tenant).where(jobs.c.id == sa.bindparam("job_id"))
+             .with_for_update(of=jobs))
+    return query.where(jobs.c.tenant == sa.bindparam("tenant")) if scoped else query
+
+
+_LOCK_JOB = {scoped: _lock_query(scoped) for scoped in (False, True)}
+
+
+def _job_state(job_id: Any, metric: Any) -> list[sa.ColumnElement[Any]]:
+    """What ingest needs to know besides the job row: the watched metric's latest stored step,
+    and which decisions the job has."""
+    def decided(*where: sa.ColumnElement[bool]) -> sa.Exists:
+        return sa.exists().where(decisions.c.job_id == job_id, *where)
+
+    latest = sa.select(sa.func.max(scores.c.step)).where(scores.c.job_id == job_id, scores.c.metric == metric)
+    return [latest.scalar_subquery().label("latest"),
+            decided(decisions.c.enforced.is_(True)).label("enforced"),
+            decided(decisions.c.shadow.is_(True)).label("shadow_stop"),
+            decided(decisions.c.source == "detector").label("detector_decided")]
+
+
+#: PostgreSQL: read AFTER the row lock is granted, in a second statement, so that (read
+#: committed) it sees every commit made before the lock.
+_JOB_STATE = sa.select(*_job_state(sa.bindparam("job_id"), sa.bindparam("metric")))
+_INSERT_SCORES = scores.insert()
+_SCORE_COLUMNS = ("job_id", "metric", "step", "value", "checkpoint_uri", "progress", "loss", "ts",
+                  "received_at")
+
+
+class _SqliteStatements:
+    """The ingest path's statements as SQLite SQL, run on the driver connection: a SQLAlchemy
+    ``execute`` cost ~40 us of CPU against ~7 us for the same statement on the sqlite3 cursor,
+    and the group commit runs every unit on one thread (profile: a third of its time). On SQLite
+    the transaction already holds the write lock (BEGIN IMMEDIATE), so the job row, its latest
+    step and its decisions are read in ONE statement."""
+
+    def __init__(self) -> None:
+        dialect = sqlite_dialect()
+        self.read = {scoped: self._compile(self._read(scoped), dialect) for scoped in (False, True)}
+        self.insert = (f"INSERT INTO scores ({', '.join(_SCORE_COLUMNS)}) "
+                       f"VALUES ({', '.join('?' for _ in _SCORE_COLUMNS)})")
+
+    @staticmethod
+    def _read(scoped: bool) -> sa.Select[Any]:
+        cols = [jobs.c[n] for n in ("id", "metric", "detector", "state", "override", "shadow")]
+        state = _job_state(jobs.c.id, jobs.c.metric)
+        query = (sa.select(*cols, tenants.c.shadow.label("tenant_shadow"), *state)
+                 .join(tenants, tenants.c.name == jobs.c.tenant).where(jobs.c.id == sa.bindparam("job_id")))
+        return query.where(jobs.c.tenant == sa.bindparam("tenant")) if scoped else query
+
+    @staticmethod
+    def _compile(query: sa.Select[Any], dialect: Any) -> tuple[str, tuple[str, ...], dict[str, Any]]:
+        compiled = query.compile(dialect=dialect)
+        return compiled.string, tuple(compiled.positiontup or ()), dict(compiled.params)
+
+    def read_job(self, raw: Any, job_id: str, tenant: str | None) -> dict[str, Any] | None:
+        sql, names, defaults = self.read[tenant is not None]
+        given = {"job_id": job_id, "tenant": tenant}
+        cursor = raw.execute(sql, [given[n] if n in given else defaults[n] for n in names])
+        row = cursor.fetchone()
+        return None if row is None else dict(zip((d[0] for d in cursor.description), row, strict=True))
+
+
+_SQLITE = _SqliteStatements()
+
+
+def _read_job(store: Store, conn: Connection, job_id: str, tenant: str | None) -> JobRow:
+    """The job row (locked for this transaction), its tenant's shadow flag, and :func:`_job_state`."""
+    if store.is_sqlite:
+        job = _SQLITE.read_job(conn.connection.driver_connection, job_id, tenant)
+        if job is None:
+            raise NotFound(f"Job {job_id!r} not found.")
+        return job
+    row = lock_job(conn, job_id, tenant)
+    return {**row, **conn.execute(_JOB_STATE, {"job_id": job_id, "metric": row["metric"]}).one()._mapping}
+
+
 def lock_job(conn: Connection, job_id: str, tenant: str | None) -> RowMapping:
     """The job row joined with its tenant's shadow flag, locked for this transaction."""
-    query = (sa.select(jobs, tenants.c.shadow.label("tenant_shadow"))
-             .join(tenants, tenants.c.name == jobs.c.tenant).where(jobs.c.id == job_id)
-             .with_for_update(of=jobs))
-    if tenant is not None:
-        query = query.where(jobs.c.tenant == tenant)
-    row = conn.execute(query).mappings().first()
+    params = {"job_id": job_id} if tenant is None else {"job_id": job_id, "tenant": tenant}
+    row = conn.execute(_LOCK_JOB[tenant is not None], params).mappings().first()
     if row is None:
         raise NotFound(f"Job {job_id!r} not found.")
     return row
 
 
 def _history(
-    store: Store, conn: Connection, job: RowMapping, rows: list[dict[str, Any]], latest: int | None
-) -> tuple[HistoryItem, ...]:
+    store: Store, conn: Connection, job: JobRow, rows: list[dict[str, Any]], latest: int | None
+) -> History:
     """The watched metric's history after this ingest: the cached history plus the new rows when
     the cache ends at the step that was latest in the database (steps only grow, so it is then
     complete), else read from the database."""
-    cached = store.history_cache.get(job["id"])
-    if cached is None or (cached[-1].eval.step if cached else None) != latest:
-        return tuple(load_history(conn, job, store.limits.max_history))
-    new = [HistoryItem(Eval(r["step"], r["value"], r["progress"], r["loss"]), r["checkpoint_uri"])
-           for r in rows if r["metric"] == job["metric"]]
-    return (cached + tuple(new))[: store.limits.max_history]
+    cached: History | None = store.history_cache.get(job["id"])
+    if cached is None or cached.last_step != latest:
+        return load_history(conn, job, store.limits.max_history)
+    new = [r for r in rows if r["metric"] == job["metric"]]
+    if not new:
+        return cached
+    cap = store.limits.max_history
+    evals = cached.evals + tuple(Eval(r["step"], r["value"], r["progress"], r["loss"]) for r in new)
+    uris = cached.uris + tuple(r["checkpoint_uri"] for r in new)
+    return History(evals[:cap], uris[:cap])
 
 
-def load_history(conn: Connection, job: RowMapping, max_history: int) -> list[HistoryItem]:
+def load_history(conn: Connection, job: JobRow, max_history: int) -> History:
     cols = (scores.c.step, scores.c.value, scores.c.progress, scores.c.loss, scores.c.checkpoint_uri)
     query = (sa.select(*cols)
              .where(scores.c.job_id == job["id"], scores.c.metric == job["metric"])
              .order_by(scores.c.step).limit(max_history))
-    return [HistoryItem(Eval(r.step, r.value, r.progress, r.loss), r.checkpoint_uri)
-            for r in conn.execute(query)]
+    rows = conn.execute(query).all()
+    return History(tuple(Eval(r.step, r.value, r.progress, r.loss) for r in rows),
+                   tuple(r.checkpoint_uri for r in rows))
 
 
 def decide_stop(
-    conn: Connection, job: RowMapping, source: str, verdict: Verdict, history: Sequence[HistoryItem],
+    conn: Connection, job: JobRow, source: str, verdict: Verdict, history: History,
     now: float, *, shadow: bool, reason: str,
 ) -> int:
     """Record a stop decision; unless ``shadow``, enqueue its enforcement and mark the job stopping."""
-    best_uri = history[verdict.best_index].checkpoint_uri if verdict.best_index is not None else None
     decision_id = conn.execute(decisions.insert().values(
         job_id=job["id"], source=source, decision="stop", shadow=shadow, enforced=not shadow,
         reason=reason, detector=job["detector"],
-        step=verdict.stop_step if source == "detector" else (history[-1].eval.step if history else None),
+        step=verdict.stop_step if source == "detector" else history.last_step,
         n_evals=len(history), best_step=verdict.best_step, best_score=verdict.best_score,
-        best_checkpoint_uri=best_uri, created_at=now,
+        best_checkpoint_uri=history.uri_at(verdict.best_index), created_at=now,
     )).inserted_primary_key[0]  # type: ignore[index]
     if not shadow:
         conn.execute(outbox.insert().values(decision_id=decision_id, job_id=job["id"], phase="pin",
@@ -165,52 +277,55 @@ def decide_stop(
 
 
 def _maybe_decide(
-    conn: Connection, job: RowMapping, verdict: Verdict, history: Sequence[HistoryItem], now: float
-) -> tuple[bool, str]:
+    conn: Connection, job: JobRow, verdict: Verdict, history: History, now: float, decided: bool
+) -> tuple[bool, str, bool]:
+    """Decide the stop the rule asks for unless the job has a detector decision (``decided``)
+    already; return whether it was decided now, the reason to report, and whether it is shadow."""
     if job["override"] == "never_stop":
-        return False, f"{verdict.reason} at step {verdict.stop_step}; not stopped: never_stop override"
-    if job["state"] != "running":
-        return False, verdict.reason
-    exists = conn.execute(sa.select(decisions.c.id).where(
-        decisions.c.job_id == job["id"], decisions.c.source == "detector")).first()
-    if exists:
-        return False, verdict.reason
+        return False, f"{verdict.reason} at step {verdict.stop_step}; not stopped: never_stop override", False
+    if job["state"] != "running" or decided:
+        return False, verdict.reason, False
     shadow = bool(job["shadow"] or job["tenant_shadow"])
     decide_stop(conn, job, "detector", verdict, history, now, shadow=shadow, reason=verdict.reason)
-    return True, verdict.reason + (" (shadow mode: recorded, not enforced)" if shadow else "")
+    return True, verdict.reason + (" (shadow mode: recorded, not enforced)" if shadow else ""), shadow
 
 
 def _insert_new(
-    conn: Connection, job: RowMapping, items: Sequence[ScoreIn], now: float
-) -> tuple[list[dict[str, Any]], int, dict[str, int | None]]:
-    """Insert the new scores; return them, the number of duplicates, and per metric the latest
-    step stored before this ingest."""
+    store: Store, conn: Connection, job: JobRow, items: Sequence[ScoreIn], now: float
+) -> tuple[list[dict[str, Any]], int]:
+    """Insert the new scores; return them and the number of duplicates. ``job["latest"]`` is
+    the latest stored step of the job's watched metric (other metrics are looked up here)."""
+    watched_latest = job["latest"]
     by_metric: dict[str, list[tuple[int, ScoreIn]]] = {}
     for i, item in enumerate(items):
         by_metric.setdefault(item.metric or job["metric"], []).append((i, item))
     rows: list[dict[str, Any]] = []
-    duplicates, latest = 0, {}
+    duplicates = 0
     for metric, group in by_metric.items():
-        latest[metric] = conn.execute(sa.select(sa.func.max(scores.c.step)).where(
-            scores.c.job_id == job["id"], scores.c.metric == metric)).scalar()
-        new, dup = _new_rows(conn, job["id"], metric, group, now, latest[metric])
+        latest = watched_latest if metric == job["metric"] else conn.execute(
+            sa.select(sa.func.max(scores.c.step)).where(
+                scores.c.job_id == job["id"], scores.c.metric == metric)).scalar()
+        new, dup = _new_rows(conn, job["id"], metric, group, now, latest)
         rows += new
         duplicates += dup
-    if rows:
-        conn.execute(scores.insert(), rows)
-    return rows, duplicates, latest
+    if rows and store.is_sqlite:
+        raw = conn.connection.driver_connection
+        assert raw is not None
+        raw.executemany(_SQLITE.insert, [tuple(r[c] for c in _SCORE_COLUMNS) for r in rows])
+    elif rows:
+        conn.execute(_INSERT_SCORES, rows)
+    return rows, duplicates
 
 
 def _new_rows(
     conn: Connection, job_id: str, metric: str, group: list[tuple[int, ScoreIn]], now: float,
     latest: int | None,
 ) -> tuple[list[dict[str, Any]], int]:
-    where = (scores.c.job_id == job_id, scores.c.metric == metric)
     steps = {it.step for _, it in group}
     stored: dict[int, float] = {}
     if latest is not None and min(steps) <= latest:  # else all new: the common case, no query
-        stored = dict(conn.execute(sa.select(scores.c.step, scores.c.value)
-                                   .where(*where, scores.c.step.in_(steps))).all())
+        stored = dict(conn.execute(sa.select(scores.c.step, scores.c.value).where(
+            scores.c.job_id == job_id, scores.c.metric == metric, scores.c.step.in_(steps))).all())
     rows, duplicates = [], 0
     for i, item in group:
         if item.step in stored:

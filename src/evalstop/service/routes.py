@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import hmac
+import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
@@ -22,6 +23,7 @@ from .schemas import (
     JobOut,
     OverrideIn,
     ScoreBatch,
+    ScoreIn,
     ScoreOut,
     ScoresBody,
     TenantCreated,
@@ -56,22 +58,28 @@ Ctx = Annotated[ServiceContext, Depends(get_ctx)]
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 
 
+def known_principal(ctx: ServiceContext, token: str) -> Principal | None:
+    """The caller of ``token`` if it is the admin token or a cached tenant token, else None
+    (look the token up in the database then)."""
+    admin = ctx.settings.admin_token
+    if admin is not None and hmac.compare_digest(token.encode(), admin.get_secret_value().encode()):
+        return Principal(None)
+    tenant = ctx.tokens.get(token)
+    return None if tenant is None else Principal(tenant)
+
+
 async def get_principal(ctx: Ctx, creds: Credentials) -> Principal:
     unauthorized = HTTPException(401, "Missing or invalid API token: send 'Authorization: Bearer <token>'.",
                                  headers={"WWW-Authenticate": "Bearer"})
     if creds is None or not creds.credentials:
         raise unauthorized
-    admin = ctx.settings.admin_token
-    given = creds.credentials.encode()
-    if admin is not None and hmac.compare_digest(given, admin.get_secret_value().encode()):
-        return Principal(None)
-    tenant = ctx.tokens.get(creds.credentials)
-    if tenant is None:
-        tenant = await run_in_threadpool(domain.tenant_for_token, ctx.store, creds.credentials)
-        if tenant is not None:
-            ctx.tokens.put(creds.credentials, tenant)
+    known = known_principal(ctx, creds.credentials)
+    if known is not None:
+        return known
+    tenant = await run_in_threadpool(domain.tenant_for_token, ctx.store, creds.credentials)
     if tenant is None:
         raise unauthorized
+    ctx.tokens.put(creds.credentials, tenant)
     return Principal(tenant)
 
 
@@ -124,16 +132,35 @@ def get_job(job_id: str, ctx: Ctx, who: Caller) -> dict[str, Any]:
 
 
 @router.post("/jobs/{job_id}/scores", response_model=IngestOut, tags=["scores"])
-def post_scores(job_id: str, body: ScoresBody, ctx: Ctx, who: Caller) -> dict[str, Any]:
+async def post_scores(job_id: str, body: ScoresBody, ctx: Ctx, who: Caller) -> Response:
+    """The hot path: async, so the request waits for its group commit without a thread of its
+    own, and the reply is serialised once here (an IngestResult needs no output validation)."""
+    return await ingest_reply(ctx, job_id, who, body)
+
+
+async def ingest_reply(
+    ctx: ServiceContext, job_id: str, who: Principal, body: ScoreIn | ScoreBatch
+) -> Response:
+    """Ingest a validated scores body and build the reply (this route and :mod:`.fastpath`)."""
     items = body.scores if isinstance(body, ScoreBatch) else [body]
-    scores = [DomainScore(**item.model_dump()) for item in items]
+    scores = [DomainScore(s.step, s.value, s.checkpoint_uri, s.ts, s.metric, s.progress, s.loss)
+              for s in items]
     started = time.perf_counter()
-    result = domain.ingest_scores(ctx.store, job_id, who.tenant, scores)
+    result = await domain.ingest_scores_async(ctx.store, job_id, who.tenant, scores)
     ctx.metrics.ingest_latency.observe(time.perf_counter() - started)
     ctx.metrics.scores_ingested.inc(result.accepted)
     if result.decided_now:
         ctx.metrics.decisions.labels(source="detector", shadow=str(result.shadow_stop).lower()).inc()
-    return asdict(result)
+    reply = {name: getattr(result, name) for name in INGEST_FIELDS}
+    return Response(_json(reply), media_type="application/json")
+
+
+INGEST_FIELDS = tuple(f.name for f in fields(domain.IngestResult))
+
+
+def _json(content: Any) -> bytes:
+    """The bytes JSONResponse would send (compact, UTF-8, no NaN)."""
+    return json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
 
 
 @router.get("/jobs/{job_id}/scores", response_model=list[ScoreOut], tags=["scores"])

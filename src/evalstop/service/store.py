@@ -10,6 +10,7 @@ serialise on ``SELECT ... FOR UPDATE`` of the job row.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import OrderedDict
@@ -132,17 +133,17 @@ class HistoryCache:
 
     def __init__(self, max_jobs: int = 4096) -> None:
         self.max_jobs = max_jobs
-        self._items: OrderedDict[str, tuple[Any, ...]] = OrderedDict()
+        self._items: OrderedDict[str, Any] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, job_id: str) -> tuple[Any, ...] | None:
+    def get(self, job_id: str) -> Any:
         with self._lock:
             found = self._items.get(job_id)
             if found is not None:
                 self._items.move_to_end(job_id)
             return found
 
-    def put(self, job_id: str, history: tuple[Any, ...]) -> None:
+    def put(self, job_id: str, history: Any) -> None:
         with self._lock:
             self._items[job_id] = history
             self._items.move_to_end(job_id)
@@ -161,7 +162,8 @@ class Store:
         self.clock = clock
         self.is_sqlite = engine.dialect.name == "sqlite"
         self.history_cache = HistoryCache()
-        self.committer = GroupCommitter(self.transaction) if group_commit and self.is_sqlite else None
+        self._group_conn: Connection | None = None  # the committer's own connection, kept open
+        self.committer = GroupCommitter(self._group_transaction) if group_commit and self.is_sqlite else None
 
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
@@ -171,6 +173,17 @@ class Store:
             with conn.begin():
                 yield conn
 
+    @contextmanager
+    def _group_transaction(self) -> Iterator[Connection]:
+        """A commit group's transaction, on one connection the committer thread keeps (a pool
+        checkout per group showed in the profile); reopened if it was closed or invalidated."""
+        conn = self._group_conn
+        if conn is None or conn.closed or conn.invalidated:
+            conn = self._group_conn = self.engine.connect()
+            conn.execution_options(evalstop_writes=True)
+        with conn.begin():
+            yield conn
+
     def write(self, unit: Callable[[Connection], T]) -> T:
         """Run ``unit(conn)`` in a write transaction and return its result once committed: in a
         commit group on SQLite (see :mod:`evalstop.service.commit`), alone on PostgreSQL."""
@@ -178,6 +191,13 @@ class Store:
             return self.committer.run(unit)
         with self.transaction() as conn:
             return unit(conn)
+
+    async def write_async(self, unit: Callable[[Connection], T]) -> T:
+        """:meth:`write` for an event loop. With group commit the loop waits for the commit
+        without a thread of its own (no thread-pool hop per request); else in a thread."""
+        if self.committer is not None:
+            return await asyncio.wrap_future(self.committer.submit(unit))
+        return await asyncio.to_thread(self.write, unit)
 
     def create_schema(self) -> None:
         metadata.create_all(self.engine)
@@ -189,6 +209,9 @@ class Store:
     def dispose(self) -> None:
         if self.committer is not None:
             self.committer.close()
+        if self._group_conn is not None:
+            self._group_conn.close()
+            self._group_conn = None
         self.engine.dispose()
 
 
