@@ -16,6 +16,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .context import ServiceContext
 from .errors import DomainError
 from .fastpath import ScoresFastPath
+from .pulling import PullLoop, default_cursor_dir, load_pull_config
 from .routes import ops, router
 from .settings import ServiceSettings
 
@@ -23,17 +24,26 @@ log = logging.getLogger("evalstop.service")
 
 
 def create_app(settings: ServiceSettings | None = None) -> FastAPI:
-    """A ready app: store opened (tables created), worker started with the app's lifespan."""
+    """A ready app: store opened (tables created), worker and pollers started with the app's
+    lifespan. A bad ``pull_config`` raises :class:`~evalstop.service.pulling.PullConfigError`
+    before anything is opened."""
     settings = settings or ServiceSettings()
+    pull_config = load_pull_config(settings.pull_config) if settings.pull_config else None
     ctx = ServiceContext.build(settings)
+    pull = (PullLoop.build(pull_config, ctx.store, default_cursor_dir(settings.database_url))
+            if pull_config else None)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         if settings.run_worker:
             ctx.worker.start()
+        if pull is not None:
+            pull.start()
         try:
             yield
         finally:
+            if pull is not None:
+                pull.stop()
             ctx.worker.stop()
             ctx.adapters.close()
             ctx.store.dispose()
@@ -41,6 +51,7 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
     app = FastAPI(title="EvalStop", version="1", lifespan=lifespan,
                   description="Stop reward-hacked jobs: push eval scores, get decisions, stops enforced.")
     app.state.ctx = ctx
+    app.state.pull = pull
     app.include_router(router)
     app.include_router(ops)
     app.add_exception_handler(DomainError, _domain_error)

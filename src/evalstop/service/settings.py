@@ -3,6 +3,7 @@ or passed to :func:`evalstop.service.app.create_app` directly. Nothing is read a
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, SecretStr, field_validator
@@ -37,6 +38,9 @@ class ServiceSettings(BaseSettings):
     adapter_plugins: dict[str, str] = Field(default_factory=dict)
     #: Per-adapter settings, ``{"ray": {"address": "..."}}``, handed to the adapter factory.
     adapter_settings: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    #: A TOML file of pollers (MLflow, TensorBoard, trainer_state) run inside the service; see
+    #: :mod:`evalstop.service.pulling`. None: no pull ingest.
+    pull_config: Path | None = None
 
     @field_validator("database_url")
     @classmethod
