@@ -27,7 +27,7 @@ import logging
 import threading
 import tomllib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from sqlalchemy.engine import make_url
 
 from evalstop._validation import InvalidParameterError, check_choice, check_float
 
+from .background import DaemonLoop
 from .errors import Conflict, InvalidInput
 from .ingest import ScoreIn, ingest_scores
 from .pull import POLLERS, Cursor, Poller, ScoreRecord, make_poller, run_pollers
@@ -166,13 +167,12 @@ class IngestSink:
 
 
 @dataclass
-class PullLoop:
+class PullLoop(DaemonLoop):
     """Owns the pollers; ``start``/``stop`` run them every ``interval_s`` in one daemon thread."""
 
     pollers: list[Poller]
     interval_s: float
-    _stop: threading.Event = field(default_factory=threading.Event, init=False)
-    _thread: threading.Thread | None = field(default=None, init=False)
+    thread_name = "evalstop-pull"
 
     @classmethod
     def build(cls, config: PullConfig, store: Store, cursor_dir: Path | None) -> PullLoop:
@@ -189,17 +189,5 @@ class PullLoop:
             pollers.append(make_poller(spec.kind, sink, cursor=Cursor(path), **options))
         return cls(pollers, config.interval_s)
 
-    def start(self) -> None:
-        self._stop.clear()
-        self._thread = threading.Thread(target=run_pollers, args=(self.pollers, self.interval_s, self._stop),
-                                        name="evalstop-pull", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-
-    @property
-    def alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+    def _run(self, stop: threading.Event) -> None:
+        run_pollers(self.pollers, self.interval_s, stop)

@@ -21,6 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import RowMapping
 
 from .adapters._base import AdapterError, EnforcementAdapter, JobRef
+from .background import DaemonLoop
 from .metrics import ServiceMetrics
 from .store import Store, decisions, jobs, outbox
 from .targets import AdapterRegistry, UnknownTarget
@@ -40,7 +41,9 @@ class RetryPolicy:
         return float(min(self.max_s, self.base_s * 2 ** max(attempts - 1, 0)))
 
 
-class Worker:
+class Worker(DaemonLoop):
+    thread_name = "evalstop-worker"
+
     def __init__(
         self, store: Store, adapters: AdapterRegistry, *, retry: RetryPolicy | None = None,
         lease_s: float = 30.0, poll_s: float = 0.1, metrics: ServiceMetrics | None = None,
@@ -49,33 +52,17 @@ class Worker:
         self.retry = retry or RetryPolicy()
         self.lease_s, self.poll_s = lease_s, poll_s
         self.owner = uuid.uuid4().hex
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
-    # -- thread -------------------------------------------------------------------------------
-    def start(self) -> None:
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, name="evalstop-worker", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-
-    @property
-    def alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
+    # -- thread (start/stop/alive from DaemonLoop) ----------------------------------------------
+    def _run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
             try:
                 busy = self.run_once()
             except Exception:  # a bug or a lost database: log it, keep the worker alive
                 log.exception("outbox worker pass failed")
                 busy = 0
             if not busy:
-                self._stop.wait(self.poll_s)
+                stop.wait(self.poll_s)
 
     # -- one pass -----------------------------------------------------------------------------
     def run_once(self, limit: int = 20) -> int:
