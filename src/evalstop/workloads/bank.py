@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import functools
 import gzip
 import io
 import json
@@ -191,9 +192,37 @@ def shipped_trl_bank() -> list[BankRun]:
     return read_bank(TRL_SHIPPED)
 
 
-def full_bank(seed: int, runs_per_family: int) -> list[BankRun]:
-    """The numpy families built in memory plus the shipped TRL families."""
-    return build_bank(seed, runs_per_family) + shipped_trl_bank()
+@dataclass(frozen=True)
+class BankSpec:
+    """A bank that simulated RLHF jobs replay: the numpy families (``runs_per_family`` runs of
+    seed ``seed``) plus, with ``trl``, the shipped TRL GRPO runs."""
+
+    runs_per_family: int = 5
+    seed: int = 0
+    trl: bool = True
+
+    def __post_init__(self) -> None:
+        check_int("BankSpec", "runs_per_family", self.runs_per_family, min_value=1)
+        check_int("BankSpec", "seed", self.seed)
+        if not isinstance(self.trl, bool):
+            raise ValueError(f"The 'trl' parameter of BankSpec must be a bool. Got {self.trl!r} instead.")
+
+    def digest(self) -> str:
+        """What the shipped TRL runs hold (they are data, not code: part of a cache key)."""
+        if not self.trl:
+            return ""
+        import hashlib
+
+        digest = hashlib.sha256()
+        for name in ("curves.csv.gz", "truth.csv"):
+            digest.update((TRL_SHIPPED / name).read_bytes())
+        return digest.hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=4)
+def load_bank(spec: BankSpec) -> tuple[BankRun, ...]:
+    """The runs of ``spec`` (built once per process)."""
+    return tuple(build_bank(spec.seed, spec.runs_per_family) + (shipped_trl_bank() if spec.trl else []))
 
 
 # ---- CSV ------------------------------------------------------------------------------------------

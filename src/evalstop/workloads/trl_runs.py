@@ -137,7 +137,7 @@ def _prompts(rng: np.random.Generator, n: int) -> list[str]:
 def _train(config: TrlConfig, rng: np.random.Generator, torch_seed: int, eval_seed: int, tmp: Path) -> ToyRun:
     import torch
     from datasets import Dataset
-    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers import GPT2Config, GPT2LMHeadModel, PrinterCallback
     from trl import GRPOConfig, GRPOTrainer  # type: ignore[attr-defined]
 
     from ._grpo_eval import EvalRecorder, char_tokenizer
@@ -179,6 +179,7 @@ def _train(config: TrlConfig, rng: np.random.Generator, torch_seed: int, eval_se
         train_dataset=Dataset.from_dict({"prompt": train_prompts}), processing_class=tokenizer,
         callbacks=[recorder],
     )
+    trainer.remove_callback(PrinterCallback)  # no log dicts on stdout
     trainer.train()
     return recorder.run()
 
