@@ -131,8 +131,8 @@ def _claims_md(doc: Mapping[str, Any]) -> list[str]:
 
 
 _BEYOND = (("precision", "precision", 100, "%"), ("recall", "recall", 100, "%"), ("fpr", "FPR", 100, "%"),
-           ("jct_mean_s", "JCT mean h", 1 / 3600, ""), ("mean_regret", "regret (all jobs)", 1, ""),
-           ("mean_regret_hacking", "regret (hacking)", 1, ""))
+           ("jct_mean_s", "JCT mean h", 1 / 3600, ""), ("mean_regret", "regret (all jobs)", 1, "q"),
+           ("mean_regret_hacking", "regret (hacking)", 1, "q"))
 
 
 def _beyond_md(doc: Mapping[str, Any]) -> list[str]:
@@ -183,7 +183,7 @@ def _study_table(study: Mapping[str, Any]) -> list[str]:
 def _stat(stat: Mapping[str, Any], scale: float, unit: str) -> str:
     if stat["mean"] is None:
         return "—"
-    digits = 1 if unit == "%" or scale == 1 else 2
+    digits = 3 if unit == "q" else 1 if unit == "%" or scale == 1 else 2  # q: quality units
     text = f"{scale * stat['mean']:.{digits}f}"
     if stat["lo"] is not None:
         text += f" [{scale * stat['lo']:.{digits}f}, {scale * stat['hi']:.{digits}f}]"
