@@ -20,7 +20,7 @@ import pytest
 
 from evalstop.experiments.spec import load_studies
 
-pytest.importorskip("matplotlib", reason="the report needs the plot extra: pip install 'evalstop[plot]'")
+pytest.importorskip("matplotlib", reason="the report needs the plot extra: pip install -e '.[plot]'")
 pytestmark = pytest.mark.slow
 SEEDS = 3
 PAPER_CLAIMS = 13  # headline 10, composition 1, noise 1, base rate 1
