@@ -51,7 +51,7 @@ def _fmt(v: float) -> str:
     return f"{v:.4g}"
 
 
-def _axes(x: Scale, y: Scale, xfmt: type[str] | None = None, xlabel: str = "step") -> list[str]:
+def _axes(x: Scale, y: Scale, time_format: str | None = None, xlabel: str = "step") -> list[str]:
     base = HEIGHT - BOTTOM
     out = [f'<line x1="{LEFT}" y1="{base}" x2="{WIDTH - RIGHT}" y2="{base}" stroke="#555"/>',
            f'<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{base}" stroke="#555"/>']
@@ -61,7 +61,7 @@ def _axes(x: Scale, y: Scale, xfmt: type[str] | None = None, xlabel: str = "step
         out.append(f'<text x="{LEFT - 6}" y="{py + 4}" text-anchor="end" font-size="11">{_fmt(t)}</text>')
     for t in _ticks(x.lo, x.hi):
         px = x(t)
-        label = time.strftime("%m-%d %H:%M", time.gmtime(t)) if xfmt is not None else _fmt(t)
+        label = _fmt(t) if time_format is None else time.strftime(time_format, time.gmtime(t))
         out.append(f'<text x="{px}" y="{HEIGHT - BOTTOM + 16}" text-anchor="middle" font-size="11">'
                    f'{label}</text>')
     out.append(f'<text x="{(LEFT + WIDTH - RIGHT) / 2}" y="{HEIGHT - 4}" text-anchor="middle" '
@@ -124,6 +124,10 @@ def curve_svg(
     return Markup("".join(parts))
 
 
+def _time_format(span_s: float) -> str:
+    return "%H:%M:%S" if span_s < 3600 else "%m-%d %H:%M" if span_s < 3 * 86400 else "%Y-%m-%d"
+
+
 def _best_marker(step: int, bx: float, by: float) -> str:
     diamond = f"{bx},{by - 9} {bx + 8},{by} {bx},{by + 9} {bx - 8},{by}"
     return (f'<g id="marker-best" data-step="{step}">'
@@ -135,7 +139,7 @@ def _best_marker(step: int, bx: float, by: float) -> str:
 def _stop_marker(step: int, sx: float, label: str) -> str:
     return (f'<g id="marker-stop" data-step="{step}">'
             f'<line x1="{sx}" y1="{TOP}" x2="{sx}" y2="{HEIGHT - BOTTOM}" stroke="#d62728" stroke-width="2"/>'
-            f'<text x="{sx - 4}" y="{TOP + 12}" text-anchor="end" font-size="11" fill="#d62728">'
+            f'<text x="{sx + 4}" y="{HEIGHT - BOTTOM - 6}" font-size="11" fill="#d62728">'
             f'{escape(label)} (step {step})</text></g>')
 
 
@@ -149,7 +153,7 @@ def series_svg(series: dict[str, Sequence[tuple[float, float]]], now: float) -> 
     y = Scale(*_limits([0.0] + [v for pts in drawn.values() for _, v in pts]), HEIGHT - BOTTOM, TOP)
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" '
              f'height="{HEIGHT}" role="img" aria-label="reclaimed GPU-hours" id="reclaimed-chart">',
-             *_axes(x, y, xfmt=str, xlabel="time (UTC)")]
+             *_axes(x, y, _time_format(x.hi - x.lo), xlabel="time (UTC)")]
     for n, (name, pts) in enumerate(sorted(drawn.items())):
         color = PALETTE[n % len(PALETTE)]
         line = _steps([(pts[0][0], 0.0), *pts, (now, pts[-1][1])])
