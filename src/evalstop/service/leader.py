@@ -59,10 +59,8 @@ class Leadership:
     def release(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
-            try:
+            with contextlib.suppress(Exception):  # already broken: nothing to release
                 conn.invalidate()  # drop the session (and its lock) instead of returning it to the pool
-            except Exception:
-                pass
             conn.close()
 
     def __enter__(self) -> Leadership:
