@@ -204,7 +204,7 @@ def test_a_worker_whose_lease_was_taken_over_writes_nothing(store_factory: Store
     store.clock = clock = Clock()
     job_id = new_job(store, grace_period_s=0)
     domain.ingest_scores(store, job_id, "acme", DECLINING)
-    first, first_adapter = make_worker(store)
+    first, _ = make_worker(store)
     second, _ = make_worker(store)
     row_id, epoch = first._claim()  # type: ignore[misc]
     clock.now += first.lease_s + 1
