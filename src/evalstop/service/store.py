@@ -240,7 +240,10 @@ class Store:
         return await asyncio.to_thread(self.write, unit)
 
     def create_schema(self) -> None:
-        metadata.create_all(self.engine)
+        """Create or migrate the schema to the current revision (:mod:`.migrate`)."""
+        from .migrate import upgrade
+
+        upgrade(self.engine)
 
     def ping(self) -> None:
         with self.engine.connect() as conn:
