@@ -23,7 +23,7 @@ from sqlalchemy.engine import RowMapping
 from .adapters._base import AdapterError, EnforcementAdapter, JobRef
 from .background import DaemonLoop
 from .metrics import ServiceMetrics
-from .store import Store, decisions, jobs, outbox
+from .store import Store, decisions, delivery_events, jobs, outbox, tenants
 from .targets import AdapterRegistry, UnknownTarget
 
 log = logging.getLogger("evalstop.service.worker")
@@ -93,14 +93,16 @@ class Worker(DaemonLoop):
             return bool(result.rowcount == 1)
 
     def _advance(self, row_id: int) -> None:
-        row, job, uri = self._load(row_id)
-        ref = JobRef(job["id"], job["tenant"], job["external_ref"], dict(job["target_options"] or {}))
+        row, job, uri, scope = self._load(row_id)
+        ref = JobRef(job["id"], job["tenant"], job["external_ref"], dict(job["target_options"] or {}),
+                     scope=scope or {})
         phase = row["phase"]
         try:
             adapter = self.adapters.get(job["target"])
             while phase not in TERMINAL:
+                previous = phase
                 phase, wait_until = self._step(phase, adapter, ref, row, job, uri)
-                self._save(row_id, phase, wait_until)
+                self._save(row_id, phase, wait_until, entered=phase != previous)
                 if wait_until is not None:
                     return
         except (AdapterError, UnknownTarget) as exc:
@@ -115,6 +117,8 @@ class Worker(DaemonLoop):
     ) -> tuple[str, float | None]:
         """Run one phase; return the next phase and, if it must wait, until when."""
         now = self.store.clock()
+        if phase in ("pin", "signal", "hard_stop"):  # before anything that changes the job
+            adapter.check_owner(ref)
         if phase == "pin":
             adapter.pin_checkpoint(ref, uri)
             return "signal", None
@@ -141,30 +145,35 @@ class Worker(DaemonLoop):
         raise RuntimeError(f"outbox row {row['id']} has unknown phase {phase!r}")
 
     # -- persistence --------------------------------------------------------------------------
-    def _load(self, row_id: int) -> tuple[RowMapping, RowMapping, str | None]:
+    def _load(self, row_id: int) -> tuple[RowMapping, RowMapping, str | None, dict[str, Any] | None]:
         with self.store.engine.connect() as conn:
             row = conn.execute(sa.select(outbox).where(outbox.c.id == row_id)).mappings().one()
             job = conn.execute(sa.select(jobs).where(jobs.c.id == row["job_id"])).mappings().one()
             uri = conn.execute(sa.select(decisions.c.best_checkpoint_uri)
                                .where(decisions.c.id == row["decision_id"])).scalar()
-        return row, job, uri
+            scope = conn.execute(sa.select(tenants.c.scope).where(tenants.c.name == job["tenant"])).scalar()
+        return row, job, uri, scope
 
-    def _set(self, row_id: int, **values: Any) -> None:
+    def _set(self, row_id: int, event: dict[str, Any] | None = None, **values: Any) -> None:
+        """Update the row (if this worker still holds it) and, with ``event``, add a line to
+        its delivery history (``delivery_events``) in the same transaction."""
         with self.store.transaction() as conn:
-            conn.execute(outbox.update().where(outbox.c.id == row_id, outbox.c.lease_owner == self.owner)
-                         .values(**values))
+            mine = sa.and_(outbox.c.id == row_id, outbox.c.lease_owner == self.owner)
+            done = conn.execute(outbox.update().where(mine).values(**values))
+            if event is not None and done.rowcount == 1:
+                _add_event(conn, row_id, event, self.store.clock())
 
     def _signalled_at(self, row_id: int) -> float:
         with self.store.engine.connect() as conn:
             value = conn.execute(sa.select(outbox.c.signalled_at).where(outbox.c.id == row_id)).scalar()
         return float(value if value is not None else self.store.clock())
 
-    def _save(self, row_id: int, phase: str, wait_until: float | None) -> None:
+    def _save(self, row_id: int, phase: str, wait_until: float | None, *, entered: bool = True) -> None:
         values: dict[str, Any] = {"phase": phase, "attempts": 0, "last_error": None}
         if wait_until is not None or phase in TERMINAL:
             next_at = wait_until if wait_until is not None else self.store.clock()
             values.update(lease_until=None, lease_owner=None, next_attempt_at=next_at)
-        self._set(row_id, **values)
+        self._set(row_id, {"phase": phase, "attempts": 0} if entered else None, **values)
 
     def _delivered(self, row_id: int, job: RowMapping, now: float) -> None:
         with self.store.transaction() as conn:
@@ -179,9 +188,9 @@ class Worker(DaemonLoop):
 
     def _failed_attempt(self, row_id: int, row: RowMapping, job: RowMapping, exc: Exception) -> None:
         with self.store.engine.connect() as conn:
-            query = sa.select(outbox.c.attempts).where(outbox.c.id == row_id)
-            attempts = int(conn.execute(query).scalar_one())
-        attempts += 1
+            query = sa.select(outbox.c.attempts, outbox.c.phase).where(outbox.c.id == row_id)
+            attempts, phase = conn.execute(query).one()
+        attempts = int(attempts) + 1
         retryable = isinstance(exc, UnknownTarget) or bool(getattr(exc, "retryable", False))
         message = f"{type(exc).__name__}: {exc}"[:1000]
         if self.metrics is not None:
@@ -191,9 +200,19 @@ class Worker(DaemonLoop):
         if retryable and attempts < self.retry.max_attempts:
             values["next_attempt_at"] = self.store.clock() + self.retry.delay(attempts)
             log.warning("stop of job %s: attempt %d failed (%s); retrying", job["id"], attempts, message)
-            self._set(row_id, **values)
+            self._set(row_id, {"phase": phase, "attempts": attempts, "error": message}, **values)
             return
         log.error("stop of job %s failed for good after %d attempts: %s", job["id"], attempts, message)
         with self.store.transaction() as conn:
             conn.execute(outbox.update().where(outbox.c.id == row_id).values(phase="failed", **values))
+            _add_event(conn, row_id, {"phase": "failed", "attempts": attempts,
+                                          "error": f"in {phase}: {message}"[:1000]},
+                       self.store.clock())
             conn.execute(jobs.update().where(jobs.c.id == job["id"]).values(state="stop_failed"))
+
+
+def _add_event(conn: Any, row_id: int, event: dict[str, Any], now: float) -> None:
+    """One line of a stop's delivery history (see :mod:`evalstop.service.controls`)."""
+    job_id = sa.select(outbox.c.job_id).where(outbox.c.id == row_id).scalar_subquery()
+    conn.execute(delivery_events.insert().values(outbox_id=row_id, job_id=job_id, created_at=now,
+                                                 **{"error": None, **event}))
