@@ -137,6 +137,13 @@ RECORDED = [
     (Result(1, "", "Job has already finished for job 1\n"), "gone"),
     (Result(1, "", "Invalid job id specified for job 99999\n"), "gone"),
     (Result(1, "", "slurm_load_jobs error: Invalid job id specified\n"), "gone"),
+    # exit status = Slurm errno & 0xff, whatever the message says (issue 9: exit 229 was "failed")
+    (Result(229, "", ""), "gone"),  # 2021 ESLURM_ALREADY_DONE: already completing or completed
+    (Result(229, "", "slurm_update error: Job/step already completing or completed\n"), "gone"),
+    (Result(225, "", ""), "gone"),  # 2017 ESLURM_INVALID_JOB_ID
+    # recorded on the test cluster (Slurm 22.05), job in COMPLETING / COMPLETED state:
+    (Result(1, "", "scancel: error: Kill job error on job id 1: Invalid job id specified\n"), "gone"),
+    (Result(1, "", "Job has already finished for job 1\n"), "gone"),
 ]
 RECORDED_ERRORS = [
     (Result(1, "", "scancel: error: Unable to contact slurm controller (connect failure)\n"), True),
@@ -145,6 +152,7 @@ RECORDED_ERRORS = [
                    "try again later\n"), True),
     (Result(1, "", "scancel: error: Kill job error on job id 5: Access/permission denied\n"), False),
     (Result(1, "", "scontrol: error: Invalid user for SlurmUser root, ignored\n"), False),
+    (Result(228, "", ""), True),  # 2020 ESLURM_TRANSITION_STATE_NO_UPDATE
 ]
 
 
@@ -155,7 +163,7 @@ def test_recorded_replies_classify(result: Result, expected: str) -> None:
 
 @pytest.mark.parametrize(("result", "retryable"), RECORDED_ERRORS)
 def test_recorded_errors_classify(result: Result, retryable: bool) -> None:
-    with pytest.raises(AdapterError, match="slurm x: exit 1") as err:
+    with pytest.raises(AdapterError, match=f"slurm x: exit {result.returncode}") as err:
         classify("slurm x", result)
     assert err.value.retryable is retryable
 

@@ -16,6 +16,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from . import console
 from .context import ServiceContext
 from .errors import DomainError
+from .fairness import retry_after_header
 from .fastpath import ScoresFastPath
 from .pulling import PullLoop, default_cursor_dir, load_pull_config
 from .routes import ops, router
@@ -66,7 +67,9 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
 
 async def _domain_error(_request: Request, exc: Exception) -> JSONResponse:
     status = exc.status_code if isinstance(exc, DomainError) else 400
-    return JSONResponse({"detail": str(exc)}, status_code=status)
+    retry_after = getattr(exc, "retry_after_s", None)
+    headers = {"Retry-After": retry_after_header(retry_after)} if retry_after is not None else None
+    return JSONResponse({"detail": str(exc)}, status_code=status, headers=headers)
 
 
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:

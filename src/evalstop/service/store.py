@@ -35,6 +35,10 @@ tenants = sa.Table(
     sa.Column("token_hash", sa.String(64), nullable=False, unique=True),
     sa.Column("shadow", sa.Boolean, nullable=False, default=False),
     sa.Column("created_at", sa.Float, nullable=False),
+    #: what the tenant may act on (:class:`~evalstop.service.scopes.TenantScope`); NULL = nothing
+    sa.Column("scope", sa.JSON, nullable=True),
+    #: rate limit and size quota overrides (:class:`~evalstop.service.fairness.Quota`); NULL = defaults
+    sa.Column("quota", sa.JSON, nullable=True),
 )
 
 jobs = sa.Table(
@@ -59,6 +63,9 @@ jobs = sa.Table(
     sa.Column("last_step", sa.BigInteger, nullable=True),
     sa.Column("created_at", sa.Float, nullable=False),
     sa.Column("stopped_at", sa.Float, nullable=True),
+    # an external reference belongs to one live job only (stopped jobs release it)
+    sa.Index("uq_jobs_live_ref", "target", "external_ref", unique=True,
+             sqlite_where=sa.text("state != 'stopped'"), postgresql_where=sa.text("state != 'stopped'")),
 )
 
 scores = sa.Table(
@@ -110,6 +117,8 @@ outbox = sa.Table(
     sa.Column("next_attempt_at", sa.Float, nullable=False),
     sa.Column("lease_until", sa.Float, nullable=True),
     sa.Column("lease_owner", sa.String(32), nullable=True),
+    #: fencing token: bumped by every claim; a worker's writes carry the value it claimed with
+    sa.Column("lease_epoch", sa.BigInteger, nullable=False, default=0, server_default="0"),
     sa.Column("signalled_at", sa.Float, nullable=True),
     sa.Column("last_error", sa.String(1000), nullable=True),
     sa.Column("created_at", sa.Float, nullable=False),

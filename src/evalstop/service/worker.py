@@ -23,7 +23,7 @@ from sqlalchemy.engine import RowMapping
 from .adapters._base import AdapterError, EnforcementAdapter, JobRef
 from .background import DaemonLoop
 from .metrics import ServiceMetrics
-from .store import Store, decisions, delivery_events, jobs, outbox
+from .store import Store, decisions, delivery_events, jobs, outbox, tenants
 from .targets import AdapterRegistry, UnknownTarget
 
 log = logging.getLogger("evalstop.service.worker")
@@ -93,8 +93,9 @@ class Worker(DaemonLoop):
             return bool(result.rowcount == 1)
 
     def _advance(self, row_id: int) -> None:
-        row, job, uri = self._load(row_id)
-        ref = JobRef(job["id"], job["tenant"], job["external_ref"], dict(job["target_options"] or {}))
+        row, job, uri, scope = self._load(row_id)
+        ref = JobRef(job["id"], job["tenant"], job["external_ref"], dict(job["target_options"] or {}),
+                     scope=scope or {})
         phase = row["phase"]
         try:
             adapter = self.adapters.get(job["target"])
@@ -116,6 +117,8 @@ class Worker(DaemonLoop):
     ) -> tuple[str, float | None]:
         """Run one phase; return the next phase and, if it must wait, until when."""
         now = self.store.clock()
+        if phase in ("pin", "signal", "hard_stop"):  # before anything that changes the job
+            adapter.check_owner(ref)
         if phase == "pin":
             adapter.pin_checkpoint(ref, uri)
             return "signal", None
@@ -142,13 +145,14 @@ class Worker(DaemonLoop):
         raise RuntimeError(f"outbox row {row['id']} has unknown phase {phase!r}")
 
     # -- persistence --------------------------------------------------------------------------
-    def _load(self, row_id: int) -> tuple[RowMapping, RowMapping, str | None]:
+    def _load(self, row_id: int) -> tuple[RowMapping, RowMapping, str | None, dict[str, Any] | None]:
         with self.store.engine.connect() as conn:
             row = conn.execute(sa.select(outbox).where(outbox.c.id == row_id)).mappings().one()
             job = conn.execute(sa.select(jobs).where(jobs.c.id == row["job_id"])).mappings().one()
             uri = conn.execute(sa.select(decisions.c.best_checkpoint_uri)
                                .where(decisions.c.id == row["decision_id"])).scalar()
-        return row, job, uri
+            scope = conn.execute(sa.select(tenants.c.scope).where(tenants.c.name == job["tenant"])).scalar()
+        return row, job, uri, scope
 
     def _set(self, row_id: int, event: dict[str, Any] | None = None, **values: Any) -> None:
         """Update the row (if this worker still holds it) and, with ``event``, add a line to
