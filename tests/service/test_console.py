@@ -109,6 +109,14 @@ def test_filters_and_sorting(api: Api) -> None:
     assert "stop at step 4" in only
     found = c.get("/ui/jobs", params={"partial": "rows", "q": "c-j"}).text
     assert re.findall(r">([a-d]-job)<", found) == ["c-job"]
+    assert "No jobs match" in c.get("/ui/jobs", params={"partial": "rows", "q": "%"}).text  # literal %
+    by_decision = c.get("/ui/jobs", params={"partial": "rows", "sort": "decision", "dir": "desc"}).text
+    assert re.findall(r">([a-d]-job)<", by_decision)[0] == "d-job"
+    api.job(token, name="e-job", detector="patience")
+    rule = c.get("/ui/jobs", params={"partial": "rows", "rule": "patience"}).text
+    assert re.findall(r">([a-e]-job)<", rule) == ["e-job"]
+    unknown = c.get("/ui/jobs", params={"partial": "rows", "sort": "nope; drop", "state": "bogus"}).text
+    assert len(re.findall(r">([a-e]-job)<", unknown)) == 5  # unknown sort/state: the defaults
 
 
 def test_savings_page_shows_the_reports_numbers(api: Api) -> None:
