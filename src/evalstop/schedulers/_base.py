@@ -17,6 +17,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from enum import StrEnum
+from typing import Any
 
 from ..detectors import Eval, Verdict
 
@@ -61,6 +62,20 @@ class Scheduler(ABC):
     preemptive: bool = True
     #: If True, a waiting job that fits may start ahead of a higher-ranked one that does not.
     backfill: bool = True
+    #: Opt-in incremental contract. A policy that sets it defines ``rank_key`` such that
+    #: ``order(jobs)`` is ``sorted(jobs, key=rank_key)`` (keys unique, e.g. ending in the job id),
+    #: a waiting job's key does not change while it waits, and a running job's key never grows
+    #: between two of its ``next_change_s`` milestones. The simulator then keeps waiting jobs in
+    #: heaps keyed on it (no re-sort per decision) and skips instants where nothing changed.
+    #: Policies whose ranks move otherwise (fair share) leave it False and are ranked by ``order``.
+    static_rank: bool = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # A subclass that re-defines ``order`` without re-declaring ``static_rank`` may no
+        # longer rank by ``rank_key``: it loses the opt-in rather than being silently ignored.
+        if "order" in cls.__dict__ and "static_rank" not in cls.__dict__:
+            cls.static_rank = False
 
     def on_job_add(self, job: JobView, now: float) -> None:  # noqa: B027 - optional hook
         """A job arrived."""
@@ -89,6 +104,10 @@ class Scheduler(ABC):
         """Attained service (s) at which this job's rank may next change while it runs (queue
         thresholds of LAS-style policies), or None if it changes only at arrivals/departures."""
         return None
+
+    def rank_key(self, job: JobView) -> tuple[Any, ...]:
+        """The sort key of ``job`` in ``order`` (smaller first); only if ``static_rank``."""
+        raise NotImplementedError(f"{type(self).__name__} does not define rank_key (static_rank is False)")
 
     @abstractmethod
     def order(self, jobs: Sequence[JobView], now: float) -> list[JobView]:

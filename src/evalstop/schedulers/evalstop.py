@@ -4,6 +4,7 @@ says has turned, and leave every other decision to the base."""
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from typing import Any
 
 from ..detectors import Detector, Eval, KDeclines, Verdict
 from ._base import JobView, Scheduler
@@ -34,6 +35,7 @@ class EvalStop(Scheduler):
         self.name = f"evalstop({base.name})"
         self.preemptive = base.preemptive
         self.backfill = base.backfill
+        self.static_rank = base.static_rank
 
     def watches(self, job: JobView) -> bool:
         return self.watch is None or job.kind in self.watch
@@ -77,6 +79,9 @@ class EvalStop(Scheduler):
 
     def next_change_s(self, job: JobView) -> float | None:
         return self.base.next_change_s(job)
+
+    def rank_key(self, job: JobView) -> tuple[Any, ...]:
+        return self.base.rank_key(job)
 
     def order(self, jobs: Sequence[JobView], now: float) -> list[JobView]:
         return self.base.order(jobs, now)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -91,6 +92,7 @@ class Gittins(QueueLadder):
     """
 
     name = "gittins"
+    static_rank = True  # the index changes only at queue thresholds (next_change_s milestones)
 
     def __init__(
         self,
@@ -137,11 +139,12 @@ class Gittins(QueueLadder):
     def index(self, job: JobView) -> float:
         return self.queue_index[self.queue(job)]
 
+    def rank_key(self, job: JobView) -> tuple[Any, ...]:
+        queue = bisect_right(self._bounds, job.attained_s * job.gpus)
+        return (self._neg_index[queue], job.arrival_s, job.job_id)
+
     def order(self, jobs: Sequence[JobView], now: float) -> list[JobView]:
-        bounds, neg = self._bounds, self._neg_index
-        return sorted(
-            jobs, key=lambda j: (neg[bisect_right(bounds, j.attained_s * j.gpus)], j.arrival_s, j.job_id)
-        )
+        return sorted(jobs, key=self.rank_key)
 
     def __repr__(self) -> str:
         return (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from ._base import JobView, Scheduler
 
@@ -18,6 +19,7 @@ class SRTFEst(Scheduler):
 
     name = "srtf"
     preemptive = True
+    static_rank = True  # a waiting job's remaining time is fixed; a running job's only shrinks
 
     def __init__(self, gpu_weighted: bool = False) -> None:
         self.gpu_weighted = gpu_weighted
@@ -27,5 +29,8 @@ class SRTFEst(Scheduler):
         left = left if left > 0 else 0.0
         return left * job.gpus if self.gpu_weighted else left
 
+    def rank_key(self, job: JobView) -> tuple[Any, ...]:
+        return (self.remaining_s(job), job.arrival_s, job.job_id)
+
     def order(self, jobs: Sequence[JobView], now: float) -> list[JobView]:
-        return sorted(jobs, key=lambda j: (self.remaining_s(j), j.arrival_s, j.job_id))
+        return sorted(jobs, key=self.rank_key)

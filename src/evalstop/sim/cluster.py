@@ -25,6 +25,7 @@ from ..schedulers import JobView, Scheduler
 from ..workloads import JobSpec, JobTruth, Workload
 from .engine import Engine
 from .outcome import JobOutcome, SimResult
+from .waiting import WidthHeaps
 
 DEPART, ARRIVE = 0, 1  # same-time priority: free GPUs before handing them out
 #: Event-log entries hashed per update: bounds the text held in memory at the end of a run.
@@ -102,6 +103,9 @@ class ClusterSim:
         self._eval_events = self.config.eval_path == "events" and not self.config.oracle
         self.log: list[tuple[float, str, int]] = []
         self.outcomes: dict[int, JobOutcome] = {}
+        #: Static-rank policies (see ``Scheduler.static_rank``): waiting jobs in width heaps.
+        self._static = scheduler.static_rank
+        self._queue: WidthHeaps[_Job] = WidthHeaps()
 
     # -- the run -------------------------------------------------------------------------
     def run(self) -> SimResult:
@@ -115,20 +119,27 @@ class ClusterSim:
         while (event := self.engine.pop()) is not None:
             now = self.engine.now
             self._account(now)
-            self._handle(event, arrivals, now)
+            changed = self._handle(event, arrivals, now)
             # Every event of this instant first (departures sort before arrivals), then one
             # allocation: a job due to finish now is never preempted now.
             while self.engine.peek_time() == now:
-                self._handle(self.engine.pop(), arrivals, now)
-            self._reschedule(now)
+                changed |= self._handle(self.engine.pop(), arrivals, now)
+            # Only stale timers (of preempted jobs) fired: under a static-rank policy the
+            # allocation cannot change (waiting ranks are fixed, running ones only improve).
+            if changed or not self._static:
+                self._reschedule(now)
 
-    def _handle(self, event: Any, arrivals: Iterator[tuple[JobSpec, JobTruth]], now: float) -> None:
+    def _handle(self, event: Any, arrivals: Iterator[tuple[JobSpec, JobTruth]], now: float) -> bool:
+        """Handle one event; False if it was a stale timer (nothing changed)."""
         kind, job, version = event
         if kind == "arrive":
             self._schedule_arrival(arrivals)
             self._arrive(job, now)
-        elif version == job.version:
+            return True
+        if version == job.version:
             self._milestone(job, now)
+            return True
+        return False
 
     def _schedule_arrival(self, arrivals: Iterator[tuple[JobSpec, JobTruth]]) -> None:
         """Put the next arrival on the heap. Only arrivals share its priority and they come in
@@ -207,16 +218,25 @@ class ClusterSim:
     def _enqueue(self, job: _Job) -> None:
         self.waiting[job.spec.job_id] = job
         self.waiting_gpus += job.spec.gpus
+        if self._static:
+            self._queue.push(job.spec.gpus, self.scheduler.rank_key(job.view), job)
 
     def _reschedule(self, now: float) -> None:
         if not self.waiting:
             return
         if self.used_gpus + self.waiting_gpus <= self.total_gpus:
+            self._queue.clear()
             for job in list(self.waiting.values()):
                 self._start(job, now)
             return
+        if self._static and not self.scheduler.preemptive:
+            self._allocate_free_static(now)
+            return
         for job in self.running.values():
             job.view.attained_s = job.attained_at(now)
+        if self._static:
+            self._allocate_preemptive_static(now)
+            return
         active = [j.view for j in self.running.values()] + [j.view for j in self.waiting.values()]
         ranked = self.scheduler.order(active, now)
         if self.scheduler.preemptive:
@@ -237,6 +257,45 @@ class ClusterSim:
                     return
                 continue
             free -= view.gpus
+            self._start(job, now)
+
+    def _allocate_free_static(self, now: float) -> None:
+        """``_allocate_free`` on the width heaps: the best waiting job that fits, until none does
+        (without backfilling: until the best waiting job does not fit)."""
+        free = self.total_gpus - self.used_gpus
+        queue, backfill = self._queue, self.scheduler.backfill
+        while free > 0:
+            found = queue.best(free if backfill else None)
+            if found is None or found[1] > free:
+                return
+            free -= found[1]
+            self._start(queue.pop(found[1]), now)
+
+    def _allocate_preemptive_static(self, now: float) -> None:
+        """``_allocate_preemptive`` merging the running jobs (sorted now) with the width heaps:
+        repeatedly keep or start the best-ranked job that fits in the GPUs not yet handed out."""
+        key = self.scheduler.rank_key
+        ranked = sorted((key(job.view), job) for job in self.running.values())
+        queue, capacity, i = self._queue, self.total_gpus, 0
+        keep: set[int] = set()
+        chosen: list[_Job] = []
+        while capacity > 0:
+            while i < len(ranked) and ranked[i][1].spec.gpus > capacity:
+                i += 1
+            found = queue.best(capacity)
+            if i < len(ranked) and (found is None or ranked[i][0] < found[0]):
+                job = ranked[i][1]
+                keep.add(job.spec.job_id)
+                i += 1
+            elif found is not None:
+                job = queue.pop(found[1])
+                chosen.append(job)
+            else:
+                break
+            capacity -= job.spec.gpus
+        for job_id in [j for j in self.running if j not in keep]:
+            self._preempt(self.running[job_id], now)
+        for job in chosen:
             self._start(job, now)
 
     def _allocate_preemptive(self, ranked: list[JobView], now: float) -> None:
