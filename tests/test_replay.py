@@ -134,9 +134,13 @@ def test_interleaved_jobs_check_steps_per_job() -> None:
     data = rows(
         {"job_id": "a", "step": "20", "score": "1"},
         {"job_id": "b", "step": "10", "score": "1"},
-        {"job_id": "a", "step": "20", "score": "1"},
+        {"job_id": "a", "step": "20", "score": "0"},
     )
-    assert [r["job_id"] for r in replay_rows(data, KDeclines())] == ["a", "b"]
+    # the repeated step of job a is ignored (the Monitor's rule): its first row counts
+    assert replay_rows(data, KDeclines(k=1)) == [
+        {"job_id": "a", "stopped": False, "stop_step": None, "best_step": 20, "best_score": 1.0},
+        {"job_id": "b", "stopped": False, "stop_step": None, "best_step": 10, "best_score": 1.0},
+    ]
 
 
 # ---- run() through argparse -----------------------------------------------------------------------

@@ -6,8 +6,13 @@ a row with items becomes an ``ItemEval``, read by ``paired`` (and ``noise-aware:
 while every other rule sees only the score. Rows of one job are in step order (jobs may
 interleave). An empty cell is a missing value: a missing score is read as NaN (the detector
 skips it), a missing progress or loss as None, missing items as none. ``nan``/``inf`` are
-allowed wherever a number is. Output CSV: ``job_id,stopped,stop_step,best_step,best_score``,
-one row per job in order of first appearance.
+allowed wherever a number is. A step that goes backwards is an error naming the line; a
+repeated step is ignored, as a ``Monitor`` ignores it (the first row at a step counts). Output
+CSV: ``job_id,stopped,stop_step,best_step,best_score``, one row per job in order of first
+appearance.
+
+Each job's rows are folded into its own ``Monitor`` as they are read, so memory grows with the
+number of jobs, not of rows, and every row costs O(1).
 """
 
 from __future__ import annotations
@@ -16,10 +21,10 @@ import argparse
 import csv
 import math
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TextIO
 
-from .detectors import DEFAULT_SPEC, REGISTRY, Detector, Eval, ItemEval, parse_spec
+from .detectors import DEFAULT_SPEC, REGISTRY, Detector, Eval, ItemEval, Monitor, parse_spec
 
 REQUIRED_COLUMNS = ("job_id", "step", "score")
 OUTPUT_COLUMNS = ("job_id", "stopped", "stop_step", "best_step", "best_score")
@@ -57,12 +62,10 @@ def check_columns(columns: Iterable[str] | None) -> None:
         )
 
 
-def read_curves(rows: Iterable[Row]) -> dict[str, list[Eval]]:
-    """Group and validate rows into per-job eval histories (first-appearance order).
-
-    Errors name the line (the header is line 1) and the job.
-    """
-    jobs: dict[str, list[Eval]] = {}
+def read_evals(rows: Iterable[Row]) -> Iterator[tuple[str, Eval]]:
+    """Validate rows into (job, eval) pairs, in file order. Errors name the line (the header is
+    line 1) and the job; a job's steps must not go backwards."""
+    last_step: dict[str, int] = {}
     for line, row in enumerate(rows, start=2):
         if line == 2:
             check_columns(row.keys())
@@ -80,10 +83,18 @@ def read_curves(rows: Iterable[Row]) -> dict[str, list[Eval]]:
         items = _parse_items(row.get("items"), where)
         if items:
             ev = ItemEval(ev.step, ev.score, ev.progress, ev.loss, items=items)
-        history = jobs.setdefault(job, [])
-        if history and ev.step < history[-1].step:
-            raise CurvesError(f"{where}: step {ev.step} goes backwards (previous step {history[-1].step})")
-        history.append(ev)
+        previous = last_step.get(job)
+        if previous is not None and ev.step < previous:
+            raise CurvesError(f"{where}: step {ev.step} goes backwards (previous step {previous})")
+        last_step[job] = ev.step
+        yield job, ev
+
+
+def read_curves(rows: Iterable[Row]) -> dict[str, list[Eval]]:
+    """Group and validate rows into per-job eval histories (first-appearance order)."""
+    jobs: dict[str, list[Eval]] = {}
+    for job, ev in read_evals(rows):
+        jobs.setdefault(job, []).append(ev)
     return jobs
 
 
@@ -97,10 +108,15 @@ def replay_rows(
     Each dict has the keys of ``OUTPUT_COLUMNS``: ``stopped`` is a bool, the others an int,
     float or None. ``on_job(done, total)`` is called after each job (for progress display).
     """
-    jobs = read_curves(rows)
+    monitors: dict[str, Monitor] = {}
+    for job, ev in read_evals(rows):
+        monitor = monitors.get(job)
+        if monitor is None:
+            monitor = monitors[job] = Monitor(detector)
+        monitor.observe(ev)
     results = []
-    for done, (job, evals) in enumerate(jobs.items(), start=1):
-        verdict = detector.evaluate(evals)
+    for done, (job, monitor) in enumerate(monitors.items(), start=1):
+        verdict = monitor.verdict
         results.append(
             {
                 "job_id": job,
@@ -111,7 +127,7 @@ def replay_rows(
             }
         )
         if on_job is not None:
-            on_job(done, len(jobs))
+            on_job(done, len(monitors))
     return results
 
 

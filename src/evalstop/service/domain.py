@@ -20,7 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, RowMapping
 
-from ..detectors import Detector, parse_spec
+from ..detectors import DEFAULT_SPEC, Detector, parse_spec
 from .errors import Conflict, Forbidden, InvalidInput, NotFound
 from .ingest import (
     IngestResult,
@@ -28,9 +28,9 @@ from .ingest import (
     decide_stop,
     ingest_scores,
     ingest_scores_async,
-    load_history,
     lock_job,
 )
+from .monitoring import load_monitor, new_monitor_state
 from .store import Store, decisions, jobs, outbox, scores, tenants
 
 __all__ = [
@@ -94,7 +94,7 @@ class JobSpec:
     target: str
     name: str = ""
     target_options: Mapping[str, Any] = field(default_factory=dict)
-    detector: str = "evalstop"
+    detector: str = DEFAULT_SPEC
     metric: str = "score"
     mode: str = "max"
     grace_period_s: float = 60.0
@@ -138,6 +138,7 @@ def register_job(
         "grace_period_s": spec.grace_period_s, "gpus": spec.gpus,
         "expected_duration_s": spec.expected_duration_s, "shadow": spec.shadow, "override": None,
         "state": "running", "created_at": store.clock(), "stopped_at": None,
+        "monitor_state": new_monitor_state(detector),
     }
     with store.transaction() as conn:
         if not conn.execute(sa.select(tenants.c.name).where(tenants.c.name == tenant)).first():
@@ -210,9 +211,10 @@ def set_override(store: Store, job_id: str, tenant: str | None, override: str | 
         if override == "never_stop" and job["state"] != "running":
             raise Conflict(f"Job {job_id} is already {job['state']}; never_stop cannot undo a stop.")
         if override == "stop_now" and job["state"] == "running":
-            history = load_history(conn, job, store.limits.max_history)
-            verdict = parse_spec(job["detector"]).evaluate(history.evals)
-            decide_stop(conn, job, "override", verdict, history, store.clock(), shadow=False,
+            monitor = load_monitor(conn, job, store.limits.max_history)
+            latest = conn.execute(sa.select(sa.func.max(scores.c.step)).where(
+                scores.c.job_id == job_id, scores.c.metric == job["metric"])).scalar()
+            decide_stop(conn, job, "override", monitor, store.clock(), shadow=False, step=latest,
                         reason=f"stop_now override by {'operator' if tenant is None else 'tenant'}")
         if override != "stop_now" or job["state"] == "running":
             conn.execute(jobs.update().where(jobs.c.id == job_id).values(override=override))
