@@ -20,7 +20,7 @@ from typing import Any
 
 from .._gc import cyclic_gc_paused
 from .._validation import check_choice, check_float
-from ..detectors import Decision, Verdict
+from ..detectors import Decision, Monitor, Verdict
 from ..schedulers import JobView, Scheduler
 from ..workloads import JobSpec, JobTruth, Workload
 from .engine import Engine
@@ -55,7 +55,7 @@ class _Job:
 
     __slots__ = (
         "attained_at_seg", "done", "duration_s", "first_start_s", "gpu_s_overhead", "kill_at",
-        "kill_verdict", "n_preempt", "next_eval", "overhead_left", "seg_start", "spec",
+        "kill_verdict", "monitor", "n_preempt", "next_eval", "overhead_left", "seg_start", "spec",
         "target_s", "truth", "version", "view",
     )
 
@@ -72,6 +72,7 @@ class _Job:
         self.next_eval = 0
         self.kill_at: int | None = None  # eval index of the planned kill (fast path)
         self.kill_verdict: Verdict | None = None
+        self.monitor: Monitor | None = None  # the stopping rule watching the job (events path)
         self.version = 0
         self.target_s = 0.0
         self.done = False
@@ -159,13 +160,19 @@ class ClusterSim:
         if self._plan_kills:
             job.kill_verdict = self._plan_kill(job)
             job.kill_at = None if job.kill_verdict is None else job.kill_verdict.stop_index
+        else:
+            job.monitor = self.scheduler.monitor(job.view)
         self._enqueue(job)
 
     def _plan_kill(self, job: _Job) -> Verdict | None:
+        """Fast path: fold the job's whole eval sequence into its monitor once, at arrival."""
         if self.config.oracle:
             return _oracle_verdict(job) if job.truth.hacking else None
-        verdict = self.scheduler.first_stop(job.view, job.spec.evals)
-        return verdict if verdict is not None and verdict.stopped else None
+        monitor = self.scheduler.monitor(job.view)
+        if monitor is None:
+            return None
+        verdict = monitor.observe_many(job.spec.evals)
+        return verdict if verdict.stopped else None
 
     # -- milestones ----------------------------------------------------------------------
     def _milestone(self, job: _Job, now: float) -> None:
@@ -176,10 +183,13 @@ class ClusterSim:
         attained = job.attained_at_seg = job.view.attained_s = job.target_s
         evals = job.spec.evals
         if self._eval_events:
+            monitor = job.monitor
             while job.next_eval < len(evals) and job.eval_target_s(job.next_eval) <= attained:
                 job.next_eval += 1
-                verdict = self.scheduler.on_eval(job.view, evals[: job.next_eval], now)
-                if verdict is not None and verdict.stopped:
+                if monitor is None:
+                    continue
+                verdict = monitor.observe(evals[job.next_eval - 1])
+                if monitor.fired_now:
                     self._end(job, now, verdict)
                     return
         if job.kill_at is not None and job.eval_target_s(job.kill_at) <= attained:
