@@ -80,12 +80,13 @@ def start_server(tmp: Path, synchronous: str) -> tuple[subprocess.Popen[bytes], 
 
 def make_jobs(base: str, admin: str, n: int) -> tuple[str, list[str]]:
     c = Conn(base, admin)
-    status, tenant = c.send("POST", "/v1/tenants", {"name": f"bench-{os.getpid()}-{time.time_ns()}"})
+    name = f"bench-{os.getpid()}-{time.time_ns()}"
+    status, tenant = c.send("POST", "/v1/tenants", {"name": name})
     assert status == 201, tenant
     c = Conn(base, tenant["token"])
     ids = []
     for i in range(n):
-        status, job = c.send("POST", "/v1/jobs", {"external_ref": f"bench-{i}", "target": "dry-run",
+        status, job = c.send("POST", "/v1/jobs", {"external_ref": f"{name}-{i}", "target": "dry-run",
                                                   "detector": "evalstop:k=3"})
         assert status == 201, job
         ids.append(job["id"])

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("ray", reason="needs the ray extra: pip install 'evalstop[ray]'")
+pytest.importorskip("ray", reason="needs the ray extra: pip install -e '.[ray]'")
 
 from ray_head import RayHead, start_head, stop_head
 

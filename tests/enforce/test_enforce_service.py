@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("fastapi", reason="needs the service extra: pip install 'evalstop[service]'")
+pytest.importorskip("fastapi", reason="needs the service extra: pip install -e '.[service]'")
 
 from enforce_http import serve
 from test_enforce_webhook import SECRET, Receiver, ReceiverHandler

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .._validation import check_choice, check_float, check_int
-from ._base import BestTracker, Decision, Detector, Eval, Verdict, is_valid
+from ._base import Detector, Eval, State, is_valid
 
 
 @dataclass(frozen=True)
@@ -35,22 +34,29 @@ class KDeclines(Detector):
         check_int(owner, "n_warmup_evals", self.n_warmup_evals, min_value=0)
         check_choice(owner, "mode", self.mode, ("max", "min"))
 
-    def evaluate(self, evals: Sequence[Eval]) -> Verdict:
-        best = BestTracker(self.mode)
-        previous: float | None = None
-        n_valid = 0
-        run = 0
-        for i, ev in enumerate(evals):
-            if not is_valid(ev.score):
-                best.n_invalid += 1
-                continue
-            reference = previous if self.against == "previous" else best.score
-            declined = reference is not None and best.better(reference, ev.score, self.min_delta)
-            best.offer(i, ev)
-            previous = ev.score
-            n_valid += 1
-            run = run + 1 if declined and n_valid > self.n_warmup_evals else 0
+    def rule_state(self) -> State:
+        return {"previous": None, "n_valid": 0, "run": 0}
+
+    def step(self, state: State, index: int, ev: Eval) -> str | None:
+        score = ev.score
+        if not is_valid(score):
+            state["n_invalid"] += 1
+            return None
+        best = state["best_score"]
+        sign = 1.0 if self.mode == "max" else -1.0
+        reference = state["previous"] if self.against == "previous" else best
+        if best is None or sign * (score - best) > 0.0:
+            state["best_index"], state["best_step"], state["best_score"] = index, ev.step, score
+        state["previous"] = score
+        n_valid = state["n_valid"] = state["n_valid"] + 1
+        declined = reference is not None and sign * (reference - score) > self.min_delta
+        if declined and n_valid > self.n_warmup_evals:
+            run = state["run"] = state["run"] + 1
             if run >= self.k:
-                reason = f"{self.k} consecutive declines vs {self.against} (min_delta={self.min_delta})"
-                return best.verdict(Decision.STOP, reason, (i, ev.step))
-        return best.verdict(Decision.CONTINUE, f"{run} consecutive declines < k={self.k}")
+                return f"{self.k} consecutive declines vs {self.against} (min_delta={self.min_delta})"
+        else:
+            state["run"] = 0
+        return None
+
+    def running_reason(self, state: State) -> str:
+        return f"{state['run']} consecutive declines < k={self.k}"

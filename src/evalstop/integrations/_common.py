@@ -31,7 +31,8 @@ def missing_extra(module: str, owner: str) -> ImportError:
     """The ImportError to raise when ``module`` is missing: it names the extra to install."""
     extra = EXTRAS.get(module.partition(".")[0], "all")
     return ImportError(
-        f"{owner} needs {module!r}, which is not installed. Install it with pip install 'evalstop[{extra}]'."
+        f"{owner} needs {module!r}, which is not installed. Install it with pip install -e '.[{extra}]' "
+        "in the evalstop checkout."
     )
 
 

@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import OperationalError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from . import console
 from .context import ServiceContext
 from .errors import DomainError
 from .fairness import retry_after_header
@@ -55,6 +56,7 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
     app.state.pull = pull
     app.include_router(router)
     app.include_router(ops)
+    console.mount(app)
     app.add_exception_handler(DomainError, _domain_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(OperationalError, _database_error)

@@ -22,6 +22,7 @@ from sqlalchemy.engine import Connection, RowMapping
 
 from ..detectors import Detector, parse_spec
 from . import scopes as scoping
+from .controls import Actor, record
 from .errors import Conflict, Forbidden, InvalidInput, NotFound
 from .fairness import Limits as FairLimits
 from .fairness import Quota, QuotaExceeded, effective
@@ -288,10 +289,16 @@ def set_job_shadow(store: Store, job_id: str, tenant: str | None, enabled: bool)
     return get_job(store, job_id, tenant)
 
 
-def set_override(store: Store, job_id: str, tenant: str | None, override: str | None) -> dict[str, Any]:
+def set_override(
+    store: Store, job_id: str, tenant: str | None, override: str | None, *,
+    actor: Actor | None = None, reason: str = "",
+) -> dict[str, Any]:
     """``never_stop``: the rule may fire but nothing is decided (refused once a stop is under way).
     ``stop_now``: decide a stop at once, enforced even in shadow mode (a person asked for it);
-    idempotent. ``None``: clear ``never_stop``; if the rule has fired, the next score decides."""
+    idempotent. ``None``: clear ``never_stop``; if the rule has fired, the next score decides.
+    Each accepted call adds an audit row (``actor``: who, default the caller via the API; ``reason``:
+    why) in the same transaction."""
+    actor = actor or Actor(tenant)
     if override is not None and override not in OVERRIDES:
         raise InvalidInput(
             f"override must be one of {', '.join(OVERRIDES)} or null. Got {override!r} instead.")
@@ -302,10 +309,12 @@ def set_override(store: Store, job_id: str, tenant: str | None, override: str | 
         if override == "stop_now" and job["state"] == "running":
             history = load_history(conn, job, store.limits.max_history)
             verdict = parse_spec(job["detector"]).evaluate(history.evals)
+            why = f"stop_now override by {actor.display}" + (f": {reason}" if reason else "")
             decide_stop(conn, job, "override", verdict, history, store.clock(), shadow=False,
-                        reason=f"stop_now override by {'operator' if tenant is None else 'tenant'}")
+                        reason=why[:1000])
         if override != "stop_now" or job["state"] == "running":
             conn.execute(jobs.update().where(jobs.c.id == job_id).values(override=override))
+        record(conn, job_id, actor, override or "resume", reason, store.clock())
     return get_job(store, job_id, tenant)
 
 

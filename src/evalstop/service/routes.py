@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
-from . import domain
+from . import controls, domain, reports
 from .context import ServiceContext
 from .errors import Forbidden, InvalidInput
 from .ingest import ScoreIn as DomainScore
@@ -24,6 +24,7 @@ from .schemas import (
     JobOut,
     OverrideIn,
     QuotaIn,
+    RetryIn,
     ScopeIn,
     ScoreBatch,
     ScoreIn,
@@ -223,7 +224,7 @@ def list_decisions(job_id: str, ctx: Ctx, who: Caller) -> list[dict[str, Any]]:
 @router.put("/jobs/{job_id}/override", response_model=JobOut, tags=["decisions"])
 def set_override(job_id: str, body: OverrideIn, ctx: Ctx, who: Caller) -> dict[str, Any]:
     before = domain.get_job(ctx.store, job_id, who.tenant)["state"]
-    job = domain.set_override(ctx.store, job_id, who.tenant, body.override)
+    job = domain.set_override(ctx.store, job_id, who.tenant, body.override, reason=body.reason)
     if body.override == "stop_now" and before == "running":
         ctx.metrics.decisions.labels(source="override", shadow="false").inc()
     return job
@@ -232,6 +233,36 @@ def set_override(job_id: str, body: OverrideIn, ctx: Ctx, who: Caller) -> dict[s
 @router.put("/jobs/{job_id}/shadow", response_model=JobOut, tags=["decisions"])
 def set_job_shadow(job_id: str, body: Toggle, ctx: Ctx, who: Caller) -> dict[str, Any]:
     return domain.set_job_shadow(ctx.store, job_id, who.tenant, body.enabled)
+
+
+@router.post("/jobs/{job_id}/retry-stop", response_model=JobOut, tags=["decisions"])
+def retry_stop(job_id: str, body: RetryIn, ctx: Ctx, who: Caller) -> dict[str, Any]:
+    """Put a failed stop (``stop_failed``) back in the outbox; recorded in the audit trail."""
+    return controls.retry_stop(ctx.store, job_id, controls.Actor(who.tenant), body.reason)
+
+
+@router.get("/jobs/{job_id}/audit", tags=["decisions"])
+def list_audit(job_id: str, ctx: Ctx, who: Caller) -> list[dict[str, Any]]:
+    """Who changed the job by hand (overrides, stop retries), when, why, through what."""
+    return controls.list_audit(ctx.store, job_id, who.tenant)
+
+
+@router.get("/jobs/{job_id}/delivery-history", tags=["decisions"])
+def delivery_history(job_id: str, ctx: Ctx, who: Caller) -> list[dict[str, Any]]:
+    """Each phase the job's stop entered and each failed attempt with its error."""
+    return controls.delivery_history(ctx.store, job_id, who.tenant)
+
+
+@router.get("/reports/shadow", tags=["reports"])
+def shadow_report(ctx: Ctx, who: Caller) -> list[dict[str, Any]]:
+    """Per tenant: jobs shadow mode would have stopped and the GPU-hours that saves (docs/metrics.md)."""
+    return reports.shadow_summary(ctx.store, who.tenant)
+
+
+@router.get("/reports/reclaimed", tags=["reports"])
+def reclaimed_report(ctx: Ctx, who: Caller) -> list[dict[str, Any]]:
+    """Per tenant: GPU-hours reclaimed by enforced stops, with the cumulative series over time."""
+    return reports.reclaimed(ctx.store, who.tenant)
 
 
 ops = APIRouter(tags=["operations"])

@@ -53,6 +53,11 @@ class Toggle(Body):
 
 class OverrideIn(Body):
     override: Literal["never_stop", "stop_now"] | None
+    reason: str = Field(default="", max_length=1000, description="Why (kept in the job's audit trail).")
+
+
+class RetryIn(Body):
+    reason: str = Field(default="", max_length=1000, description="Why (kept in the job's audit trail).")
 
 
 class JobIn(Body):

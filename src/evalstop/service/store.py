@@ -127,6 +127,37 @@ outbox = sa.Table(
 )
 
 
+#: Who changed a job by hand (overrides, stop retries), from the API or the console: one row per
+#: accepted change, written in the change's own transaction.
+audit = sa.Table(
+    "audit",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("job_id", sa.String(32), sa.ForeignKey("jobs.id"), nullable=False, index=True),
+    #: the authenticated caller: "operator" or "tenant:NAME" (tenant names hold no ':')
+    sa.Column("principal", sa.String(80), nullable=False),
+    #: the name the person gave at console sign-in (self-declared), else the principal
+    sa.Column("actor", sa.String(200), nullable=False),
+    #: "stop_now" | "never_stop" | "resume" | "retry_stop"
+    sa.Column("action", sa.String(32), nullable=False),
+    sa.Column("reason", sa.String(1000), nullable=False),
+    sa.Column("channel", sa.String(16), nullable=False),  # "api" | "console"
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+
+#: The delivery history of each outbox row: every phase it entered and every failed attempt.
+delivery_events = sa.Table(
+    "delivery_events",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("outbox_id", sa.BigInteger, sa.ForeignKey("outbox.id"), nullable=False),
+    sa.Column("job_id", sa.String(32), sa.ForeignKey("jobs.id"), nullable=False, index=True),
+    sa.Column("phase", sa.String(16), nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("error", sa.String(1000), nullable=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+
 @dataclass(frozen=True)
 class Limits:
     """Input limits the domain layer enforces (from the settings)."""

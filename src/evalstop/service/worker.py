@@ -23,7 +23,7 @@ from sqlalchemy.engine import RowMapping
 from .adapters._base import AdapterError, EnforcementAdapter, JobRef
 from .background import DaemonLoop
 from .metrics import ServiceMetrics
-from .store import Store, decisions, jobs, outbox, tenants
+from .store import Store, decisions, delivery_events, jobs, outbox, tenants
 from .targets import AdapterRegistry, UnknownTarget
 
 log = logging.getLogger("evalstop.service.worker")
@@ -117,8 +117,9 @@ class Worker(DaemonLoop):
         try:
             adapter = self.adapters.get(job["target"])
             while phase not in TERMINAL:
+                previous = phase
                 phase, wait_until = self._step(phase, adapter, ref, row, job, uri)
-                self._save(row_id, phase, wait_until)
+                self._save(row_id, phase, wait_until, entered=phase != previous)
                 if wait_until is not None:
                     return
         except (AdapterError, UnknownTarget) as exc:
@@ -170,32 +171,36 @@ class Worker(DaemonLoop):
             scope = conn.execute(sa.select(tenants.c.scope).where(tenants.c.name == job["tenant"])).scalar()
         return row, job, uri, scope
 
-    def _set(self, row_id: int, conn: Any = None, **values: Any) -> None:
-        """Update the row if this worker's lease (its epoch) still holds it, else raise LeaseLost."""
+    def _set(self, row_id: int, event: dict[str, Any] | None = None, conn: Any = None, **values: Any) -> None:
+        """Update the row if this worker's lease (its fencing epoch) still holds it, else raise
+        :class:`LeaseLost`; with ``event``, add a line to its delivery history
+        (``delivery_events``) in the same transaction."""
         if conn is None:
             with self.store.transaction() as conn:
-                self._set(row_id, conn, **values)
+                self._set(row_id, event, conn, **values)
             return
         fenced = outbox.update().where(outbox.c.id == row_id, outbox.c.lease_epoch == self.epoch)
         if conn.execute(fenced.values(**values)).rowcount != 1:
             raise LeaseLost(row_id)
+        if event is not None:
+            _add_event(conn, row_id, event, self.store.clock())
 
     def _signalled_at(self, row_id: int) -> float:
         with self.store.engine.connect() as conn:
             value = conn.execute(sa.select(outbox.c.signalled_at).where(outbox.c.id == row_id)).scalar()
         return float(value if value is not None else self.store.clock())
 
-    def _save(self, row_id: int, phase: str, wait_until: float | None) -> None:
+    def _save(self, row_id: int, phase: str, wait_until: float | None, *, entered: bool = True) -> None:
         values: dict[str, Any] = {"phase": phase, "attempts": 0, "last_error": None,
                                   "lease_until": self.store.clock() + self.lease_s}  # renewed per phase
         if wait_until is not None or phase in TERMINAL:
             next_at = wait_until if wait_until is not None else self.store.clock()
             values.update(lease_until=None, lease_owner=None, next_attempt_at=next_at)
-        self._set(row_id, **values)
+        self._set(row_id, {"phase": phase, "attempts": 0} if entered else None, **values)
 
     def _delivered(self, row_id: int, job: RowMapping, now: float) -> None:
         with self.store.transaction() as conn:
-            self._set(row_id, conn, delivered_at=now)
+            self._set(row_id, None, conn, delivered_at=now)
             conn.execute(jobs.update().where(jobs.c.id == job["id"]).values(state="stopped", stopped_at=now))
         if self.metrics is not None:
             self.metrics.stops_enforced.labels(target=job["target"]).inc()
@@ -206,9 +211,9 @@ class Worker(DaemonLoop):
 
     def _failed_attempt(self, row_id: int, row: RowMapping, job: RowMapping, exc: Exception) -> None:
         with self.store.engine.connect() as conn:
-            query = sa.select(outbox.c.attempts).where(outbox.c.id == row_id)
-            attempts = int(conn.execute(query).scalar_one())
-        attempts += 1
+            query = sa.select(outbox.c.attempts, outbox.c.phase).where(outbox.c.id == row_id)
+            attempts, phase = conn.execute(query).one()
+        attempts = int(attempts) + 1
         retryable = isinstance(exc, UnknownTarget) or bool(getattr(exc, "retryable", False))
         message = f"{type(exc).__name__}: {exc}"[:1000]
         if self.metrics is not None:
@@ -218,9 +223,17 @@ class Worker(DaemonLoop):
         if retryable and attempts < self.retry.max_attempts:
             values["next_attempt_at"] = self.store.clock() + self.retry.delay(attempts)
             log.warning("stop of job %s: attempt %d failed (%s); retrying", job["id"], attempts, message)
-            self._set(row_id, **values)
+            self._set(row_id, {"phase": phase, "attempts": attempts, "error": message}, **values)
             return
         log.error("stop of job %s failed for good after %d attempts: %s", job["id"], attempts, message)
         with self.store.transaction() as conn:
-            self._set(row_id, conn, phase="failed", **values)
+            event = {"phase": "failed", "attempts": attempts, "error": f"in {phase}: {message}"[:1000]}
+            self._set(row_id, event, conn, phase="failed", **values)
             conn.execute(jobs.update().where(jobs.c.id == job["id"]).values(state="stop_failed"))
+
+
+def _add_event(conn: Any, row_id: int, event: dict[str, Any], now: float) -> None:
+    """One line of a stop's delivery history (see :mod:`evalstop.service.controls`)."""
+    job_id = sa.select(outbox.c.job_id).where(outbox.c.id == row_id).scalar_subquery()
+    conn.execute(delivery_events.insert().values(outbox_id=row_id, job_id=job_id, created_at=now,
+                                                 **{"error": None, **event}))

@@ -48,7 +48,7 @@ def import_httpx(owner: str) -> Any:
         import httpx
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise ImportError(
-            f"The {owner} adapter needs httpx: pip install 'evalstop[service]'"
+            f"The {owner} adapter needs httpx: pip install -e '.[service]'"
         ) from exc
     return httpx
 
