@@ -171,13 +171,13 @@ class Worker(DaemonLoop):
             scope = conn.execute(sa.select(tenants.c.scope).where(tenants.c.name == job["tenant"])).scalar()
         return row, job, uri, scope
 
-    def _set(self, row_id: int, conn: Any = None, event: dict[str, Any] | None = None, **values: Any) -> None:
-        """Update the row if this worker's lease (its epoch) still holds it, else raise LeaseLost.
-        With ``event``, add a line to its delivery history (``delivery_events``) in the same
-        transaction."""
+    def _set(self, row_id: int, event: dict[str, Any] | None = None, conn: Any = None, **values: Any) -> None:
+        """Update the row if this worker's lease (its fencing epoch) still holds it, else raise
+        :class:`LeaseLost`; with ``event``, add a line to its delivery history
+        (``delivery_events``) in the same transaction."""
         if conn is None:
             with self.store.transaction() as conn:
-                self._set(row_id, conn, event, **values)
+                self._set(row_id, event, conn, **values)
             return
         fenced = outbox.update().where(outbox.c.id == row_id, outbox.c.lease_epoch == self.epoch)
         if conn.execute(fenced.values(**values)).rowcount != 1:
@@ -196,11 +196,11 @@ class Worker(DaemonLoop):
         if wait_until is not None or phase in TERMINAL:
             next_at = wait_until if wait_until is not None else self.store.clock()
             values.update(lease_until=None, lease_owner=None, next_attempt_at=next_at)
-        self._set(row_id, None, {"phase": phase, "attempts": 0} if entered else None, **values)
+        self._set(row_id, {"phase": phase, "attempts": 0} if entered else None, **values)
 
     def _delivered(self, row_id: int, job: RowMapping, now: float) -> None:
         with self.store.transaction() as conn:
-            self._set(row_id, conn, delivered_at=now)
+            self._set(row_id, None, conn, delivered_at=now)
             conn.execute(jobs.update().where(jobs.c.id == job["id"]).values(state="stopped", stopped_at=now))
         if self.metrics is not None:
             self.metrics.stops_enforced.labels(target=job["target"]).inc()
@@ -223,14 +223,12 @@ class Worker(DaemonLoop):
         if retryable and attempts < self.retry.max_attempts:
             values["next_attempt_at"] = self.store.clock() + self.retry.delay(attempts)
             log.warning("stop of job %s: attempt %d failed (%s); retrying", job["id"], attempts, message)
-            self._set(row_id, None, {"phase": phase, "attempts": attempts, "error": message}, **values)
+            self._set(row_id, {"phase": phase, "attempts": attempts, "error": message}, **values)
             return
         log.error("stop of job %s failed for good after %d attempts: %s", job["id"], attempts, message)
         with self.store.transaction() as conn:
-            self._set(row_id, conn, phase="failed", **values)
-            _add_event(conn, row_id, {"phase": "failed", "attempts": attempts,
-                                          "error": f"in {phase}: {message}"[:1000]},
-                       self.store.clock())
+            event = {"phase": "failed", "attempts": attempts, "error": f"in {phase}: {message}"[:1000]}
+            self._set(row_id, event, conn, phase="failed", **values)
             conn.execute(jobs.update().where(jobs.c.id == job["id"]).values(state="stop_failed"))
 
 
