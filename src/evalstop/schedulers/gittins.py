@@ -100,8 +100,10 @@ class Gittins(QueueLadder):
         thresholds_gpu_s: Sequence[float] = DEFAULT_THRESHOLDS_GPU_S,
         min_quantum_gpu_s: float | None = None,
         seed: int = 0,
+        preemptive: bool = True,
+        backfill: bool = True,
     ) -> None:
-        super().__init__(thresholds_gpu_s)
+        super().__init__(thresholds_gpu_s, preemptive, backfill)
         if min_quantum_gpu_s is not None:
             check_float("Gittins", "min_quantum_gpu_s", min_quantum_gpu_s, low=0.0)
         check_int("Gittins", "seed", seed, min_value=0)

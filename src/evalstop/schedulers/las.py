@@ -50,8 +50,15 @@ class QueueLadder(Scheduler):
 
     preemptive = True
 
-    def __init__(self, thresholds_gpu_s: Sequence[float] = DEFAULT_THRESHOLDS_GPU_S) -> None:
+    def __init__(
+        self,
+        thresholds_gpu_s: Sequence[float] = DEFAULT_THRESHOLDS_GPU_S,
+        preemptive: bool = True,
+        backfill: bool = True,
+    ) -> None:
         self.thresholds_gpu_s = check_thresholds(type(self).__name__, thresholds_gpu_s)
+        self.preemptive = preemptive
+        self.backfill = backfill
         self._bounds = tuple(t * (1.0 - CROSSING_RTOL) for t in self.thresholds_gpu_s)
 
     @property

@@ -23,6 +23,7 @@ from .._validation import check_choice, check_float
 from ..detectors import Decision, Monitor, Verdict
 from ..schedulers import JobView, Scheduler
 from ..workloads import JobSpec, JobTruth, Workload
+from .allocation import fill_free, merge_pass
 from .engine import Engine
 from .outcome import JobOutcome, SimResult
 from .waiting import WidthHeaps
@@ -270,42 +271,20 @@ class ClusterSim:
             self._start(job, now)
 
     def _allocate_free_static(self, now: float) -> None:
-        """``_allocate_free`` on the width heaps: the best waiting job that fits, until none does
-        (without backfilling: until the best waiting job does not fit)."""
         free = self.total_gpus - self.used_gpus
-        queue, backfill = self._queue, self.scheduler.backfill
-        while free > 0:
-            found = queue.best(free if backfill else None)
-            if found is None or found[1] > free:
-                return
-            free -= found[1]
-            self._start(queue.pop(found[1]), now)
+        for job in fill_free(self._queue, free, self.scheduler.backfill):
+            self._start(job, now)
 
     def _allocate_preemptive_static(self, now: float) -> None:
-        """``_allocate_preemptive`` merging the running jobs (sorted now) with the width heaps:
-        repeatedly keep or start the best-ranked job that fits in the GPUs not yet handed out."""
         key = self.scheduler.rank_key
-        ranked = sorted((key(job.view), job) for job in self.running.values())
-        queue, capacity, i = self._queue, self.total_gpus, 0
-        keep: set[int] = set()
-        chosen: list[_Job] = []
-        while capacity > 0:
-            while i < len(ranked) and ranked[i][1].spec.gpus > capacity:
-                i += 1
-            found = queue.best(capacity)
-            if i < len(ranked) and (found is None or ranked[i][0] < found[0]):
-                job = ranked[i][1]
-                keep.add(job.spec.job_id)
-                i += 1
-            elif found is not None:
-                job = queue.pop(found[1])
-                chosen.append(job)
-            else:
-                break
-            capacity -= job.spec.gpus
-        for job_id in [j for j in self.running if j not in keep]:
-            self._preempt(self.running[job_id], now)
-        for job in chosen:
+        ranked = sorted([(key(job.view), job.spec.gpus, job) for job in self.running.values()])
+        free = self.total_gpus - self.used_gpus
+        kept, started = merge_pass(ranked, self._queue, self.total_gpus, free, self.scheduler.backfill)
+        if len(kept) < len(self.running):
+            keep = {job.spec.job_id for job in kept}
+            for job_id in [j for j in self.running if j not in keep]:
+                self._preempt(self.running[job_id], now)
+        for job in started:
             self._start(job, now)
 
     def _allocate_preemptive(self, ranked: list[JobView], now: float) -> None:
@@ -315,6 +294,8 @@ class ClusterSim:
             if view.gpus <= capacity:
                 chosen.append(view.job_id)
                 capacity -= view.gpus
+            elif not self.scheduler.backfill:
+                break  # strict: the best job that does not fit blocks the rest
         keep = set(chosen)
         for job_id in [i for i in self.running if i not in keep]:
             self._preempt(self.running[job_id], now)
