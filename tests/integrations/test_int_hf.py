@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="needs pip install 'evalstop[hf]'")
-transformers = pytest.importorskip("transformers", reason="needs pip install 'evalstop[hf]'")
+torch = pytest.importorskip("torch", reason="needs pip install -e '.[hf]'")
+transformers = pytest.importorskip("transformers", reason="needs pip install -e '.[hf]'")
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
 from evalstop.detectors import Eval, KDeclines  # noqa: E402

@@ -2,7 +2,7 @@
 
 For each rule, parameters are chosen on some bank families and scored on the others
 (``holdout.cross_validate``); fixed specs are scored as given. The real supervised curves
-(``../shared/data/supervised-curves``) are never used for choosing: each rule's final spec
+(shipped in ``evalstop/data``) are never used for choosing: each rule's final spec
 (chosen on every bank family) is run on them, and any stop there is a false positive.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 from ..detectors import DEFAULT_SPEC, parse_spec
 from ..workloads import PRESETS, generate
 from ..workloads.bank import BankRun, build_bank, read_bank, shipped_trl_bank
-from ..workloads.supervised import default_root, load_supervised
+from ..workloads.supervised import load_supervised
 from .bank_sim import bank_policies, render_cluster, run_bank_seed, summarise
 from .cadence import bank_at, cases_of, default_check, held_out_choice, render_check
 from .holdout import Case, HeldOut, cross_validate, expand_grid, family_folds, metrics, objective, outcomes
@@ -65,7 +65,7 @@ def bank_cases(runs: Sequence[BankRun]) -> list[Case]:
     ]
 
 
-def supervised_cases(root: Path) -> list[Case]:
+def supervised_cases(root: Path | None = None) -> list[Case]:
     """Real curves as healthy cases; the observed (rescaled) curve stands in for true quality."""
     cases = []
     for curve in load_supervised(root):
@@ -187,7 +187,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         f"{', '.join(GRIDS)})")
     parser.add_argument("--detector", action="append", default=None, help="fixed spec to score (repeatable)")
     parser.add_argument("--supervised", default=None,
-                        help="supervised curves directory, or 'none' (default: <repo>/../shared/data/...)")
+                        help="directory of <model>/validation-*.csv curves, or 'none' "
+                             "(default: the curves shipped with evalstop)")
     parser.add_argument("--folds", type=int, default=0,
                         help="family folds for held-out choice (default 0: leave one family out)")
     parser.add_argument("--fold-seed", type=int, default=0, help="seed of the family split (default 0)")
@@ -290,10 +291,12 @@ def _simulate(runs: Sequence[BankRun], args: argparse.Namespace) -> dict[str, di
 def _load_supervised(option: str | None) -> list[Case]:
     if option == "none":
         return []
-    if option is None:
-        root = default_root(Path(__file__).resolve().parents[3])
-        return supervised_cases(root) if root.is_dir() else []
-    return supervised_cases(Path(option))
+    cases = supervised_cases(None if option is None else Path(option))
+    if not cases:
+        where = "the packaged curves" if option is None else option
+        raise ValueError(f"--supervised: no curve with at least 3 rows in {where} (pass --supervised none "
+                         "to run without real negatives)")
+    return cases
 
 
 def _json_default(value: object) -> object:
