@@ -40,16 +40,16 @@ GRIDS: dict[str, dict[str, list[Any]]] = {
 
 #: specs scored as given (no tuning): each rule's defaults and the paper preset
 FIXED = (
-    "evalstop", "evalstop:k=2,against=best", "patience", "cusum", "mann-kendall", "noise-aware", "paired",
-    "fixed-progress", "never",
+    DEFAULT_SPEC, "evalstop", "evalstop:k=2,against=best", "patience", "cusum", "mann-kendall",
+    "noise-aware", "paired", "fixed-progress", "never",
 )
 
 SYNTHETIC_JOBS = 1500
 
 #: Candidates for the one default, chosen with families held out at every cadence at once.
 DEFAULT_CANDIDATES: dict[str, dict[str, list[Any]]] = {
-    "cusum": {"threshold": [2.0, 3.0, 5.0], "drift": [1.5, 2.0, 3.0], "n_warmup_evals": [3, 5]},
-    "noise-aware": {"k": [1, 2], "z": [2.5, 3.0, 3.5], "n_warmup_evals": [3, 4]},
+    "cusum": {"threshold": [2.0, 3.0, 4.0, 5.0], "drift": [1.5, 2.0, 2.5, 3.0], "n_warmup_evals": [3, 4, 5]},
+    "noise-aware": {"k": [1, 2], "z": [2.5, 3.0, 3.5, 4.0], "n_warmup_evals": [3, 4]},
 }
 
 COLUMNS = (
