@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 
+from evalstop.detectors import DEFAULT_SPEC, parse_spec
 from evalstop.workloads.bank import at_cadence, build_trl_bank, shipped_trl_bank
 from evalstop.workloads.trl_runs import FAMILIES, SHIPPED, TrlConfig
 
@@ -62,6 +63,21 @@ def test_runs_that_never_improve_and_slow_declines() -> None:
     # a smaller learning rate on the proxy peaks later than the base one
     slow = np.mean([r.truth.peak_progress for r in family("trl-proxy-slow")])
     assert slow > np.mean([r.truth.peak_progress for r in family("trl-proxy")])
+
+
+def test_collapses_that_recover_are_healthy_and_the_default_tolerates_them() -> None:
+    """Real RL: a high learning rate on gold collapses and recovers. The label says healthy, and
+    the default rule lets those runs finish while it stops every run that optimises the proxy."""
+    recovered = []
+    for run in family("control-trl-gold-lr-high"):
+        gold = np.array(run.truth.true_gold)
+        drawdown = float((np.maximum.accumulate(gold) - gold).max())
+        if run.truth.label == "healthy" and drawdown >= 0.1:
+            recovered.append(run)
+    assert recovered
+    rule = parse_spec(DEFAULT_SPEC)
+    assert all(rule.evaluate(r.evals).stop_index is None for r in recovered)
+    assert all(rule.evaluate(r.evals).stop_index is not None for r in family("trl-proxy"))
 
 
 def test_labels_survive_thinning_to_ten_evals() -> None:
