@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
 from typing import Any
 
 from ._base import Detector, Eval, State, Verdict, copy_state
@@ -26,6 +27,9 @@ from ._spec import DEFAULT_SPEC, format_spec, parse_spec
 
 #: Version of the ``to_json`` layout.
 FORMAT = 1
+
+#: Detectors are frozen and hashable: one object per spec serves every monitor that loads it.
+_parse = lru_cache(maxsize=1024)(parse_spec)
 
 
 class Monitor:
@@ -133,13 +137,14 @@ class Monitor:
             data = json.loads(data)
         if not isinstance(data, Mapping) or data.get("format") != FORMAT:
             raise ValueError(f"Monitor.from_json needs a to_json() dict of format {FORMAT}. Got {data!r}.")
-        monitor = cls(str(data["detector"]))
-        if detector is not None:
-            wanted = detector if isinstance(detector, str) else format_spec(detector)
-            if parse_spec(wanted) != monitor.detector:
-                raise ValueError(
-                    f"The saved monitor runs detector {data['detector']!r}, not {wanted!r}."
-                )
+        spec = str(data["detector"])
+        if detector is None:
+            rule = _parse(spec)
+        else:
+            rule = _parse(detector) if isinstance(detector, str) else detector
+            if format_spec(rule) != spec and _parse(spec) != rule:
+                raise ValueError(f"The saved monitor runs detector {spec!r}, not {format_spec(rule)!r}.")
+        monitor = cls(rule)
         state = data["state"]
         expected = set(monitor.state)
         if not isinstance(state, Mapping) or set(state) != expected:
