@@ -68,12 +68,15 @@ class Conn:
         return response.status, json.loads(payload) if payload else None
 
 
-def start_server(tmp: Path, synchronous: str) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(
+    tmp: Path, synchronous: str, database_url: str | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "EVALSTOP_ADMIN_TOKEN": ADMIN, "EVALSTOP_SQLITE_SYNCHRONOUS": synchronous}
-    cmd = [sys.executable, "-m", "evalstop.cli", "serve", "--database-url", f"sqlite:///{tmp / 'bench.db'}",
+    url = database_url or f"sqlite:///{tmp / 'bench.db'}"
+    cmd = [sys.executable, "-m", "evalstop.cli", "serve", "--database-url", url,
            "--port", str(port), "--log-level", "warning"]
     proc = subprocess.Popen(cmd, env=env)
     base = f"http://127.0.0.1:{port}"
@@ -200,46 +203,60 @@ def history_cost(
 
 
 def contention(base: str, admin: str, batches: int, rate: float) -> dict[str, Any]:
-    """One tenant's 1,000-score batches to a mann-kendall job vs another tenant's single scores."""
+    """Another tenant's single scores (open loop at ``rate``), first alone for as long as the
+    batches will take, then while one tenant posts 1,000-score batches to a mann-kendall job
+    whose curve climbs below its first (best) eval: the rule never fires, so every batch folds
+    1,000 evals into a full window."""
     big_token, (big_job,) = make_jobs(base, admin, 1, detector="mann-kendall")
     small_token, small_jobs = make_jobs(base, admin, 4, detector=None)
-    done = threading.Event()
+    c_big = Conn(base, big_token)
+    status, reply = c_big.send("POST", f"/v1/jobs/{big_job}/scores", {"step": 0, "value": 0.99})
+    assert status == 200, reply
+    step = iter(range(10**7, 10**9))
     batch_s: list[float] = []
 
-    def post_batches() -> None:
-        c = Conn(base, big_token)
+    def post_batches(done: threading.Event) -> None:
         try:
             for b in range(batches):
-                # a slow decline: Mann-Kendall's window after the best grows to its bound
-                body = {"scores": [{"step": b * 1000 + s, "value": 0.9 - 1e-5 * (b * 1000 + s)
-                                    + (0.002 if s % 3 else 0.0)} for s in range(1000)]}
+                body = {"scores": [{"step": 1 + b * 1000 + s, "value": rising(1 + b * 1000 + s)}
+                                   for s in range(1000)]}
                 t = time.perf_counter()
-                status, reply = c.send("POST", f"/v1/jobs/{big_job}/scores", body)
+                status, reply = c_big.send("POST", f"/v1/jobs/{big_job}/scores", body)
                 batch_s.append(time.perf_counter() - t)
-                assert status == 200 and reply["accepted"] == 1000, reply
+                assert status == 200 and reply["decision"] == "continue", reply
         finally:
             done.set()
 
-    latencies: list[float] = []
-    c = Conn(base, small_token)
-    worker = threading.Thread(target=post_batches)
-    t0 = time.monotonic() + 0.05
+    def singles(done: threading.Event) -> list[float]:
+        c, latencies = Conn(base, small_token), []
+        t0 = time.monotonic() + 0.05
+        i = 0
+        while not done.is_set():
+            due = t0 + i / rate
+            time.sleep(max(0.0, due - time.monotonic()))
+            s = next(step)
+            body = {"step": s, "value": rising(s)}
+            status, reply = c.send("POST", f"/v1/jobs/{small_jobs[i % 4]}/scores", body)
+            assert status == 200, reply
+            latencies.append(1000 * (time.monotonic() - due))
+            i += 1
+        return latencies
+
+    done = threading.Event()
+    worker = threading.Thread(target=post_batches, args=(done,))
     worker.start()
-    i = 0
-    while not done.is_set():
-        due = t0 + i / rate
-        time.sleep(max(0.0, due - time.monotonic()))
-        step = 10**7 + i
-        body = {"step": step, "value": rising(step)}
-        status, reply = c.send("POST", f"/v1/jobs/{small_jobs[i % 4]}/scores", body)
-        assert status == 200, reply
-        latencies.append(1000 * (time.monotonic() - due))
-        i += 1
+    busy = sorted(singles(done))
     worker.join()
-    ms = sorted(latencies)
-    return {"batches": batches, "batch_ms_mean": round(1000 * statistics.mean(batch_s), 1),
-            "single_requests": len(ms), "rate": rate, "p50_ms": round(statistics.median(ms), 2),
-            "p99_ms": round(ms[int(0.99 * (len(ms) - 1))], 2), "max_ms": round(ms[-1], 2)}
+    quiet_done = threading.Event()
+    threading.Timer(sum(batch_s), quiet_done.set).start()
+    quiet = sorted(singles(quiet_done))
+
+    def summary(ms: list[float]) -> dict[str, Any]:
+        return {"requests": len(ms), "p50_ms": round(statistics.median(ms), 2),
+                "p99_ms": round(ms[int(0.99 * (len(ms) - 1))], 2), "max_ms": round(ms[-1], 2)}
+
+    return {"batches": batches, "batch_ms_mean": round(1000 * statistics.mean(batch_s), 1), "rate": rate,
+            "during_batches": summary(busy), "alone": summary(quiet)}
 
 
 def _cpu_s(pid: int | None) -> float | None:
@@ -263,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--url", help="benchmark a running server instead of starting one")
     p.add_argument("--admin-token", default=ADMIN)
+    p.add_argument("--database-url", help="database of the started server (default: SQLite in a temp dir)")
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--jobs", type=int, default=24)
     p.add_argument("--clients", type=int, default=4)
@@ -277,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--long-history", type=int, default=5000)
     p.add_argument("--history-requests", type=int, default=200)
     p.add_argument("--contention-batches", type=int, default=5)
-    p.add_argument("--contention-rate", type=float, default=50.0)
+    p.add_argument("--contention-rate", type=float, default=20.0)
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="evalstop-bench-") as tmp:
@@ -285,12 +303,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.url:
             base = args.url
         else:
-            proc, base = start_server(Path(tmp), args.synchronous)
+            proc, base = start_server(Path(tmp), args.synchronous, args.database_url)
         try:
             gc.collect()
             gc.freeze()  # no full-collection pauses in the client's own timing (the server does the same)
             phases = set(args.phases.split(","))
+            database = (args.database_url or "sqlite").split(":")[0]
             result: dict[str, Any] = {"synchronous": args.synchronous, "cpus": os.cpu_count(),
+                                      "database": database,
                                       "load_avg_before": os.getloadavg()}
             if "batched" in phases:
                 token, jobs = make_jobs(base, args.admin_token, args.jobs)
@@ -330,9 +350,11 @@ def main(argv: list[str] | None = None) -> int:
                   f"{h['long_p90_ms']} vs {h['short_p90_ms']} ms")
         if "contention" in result:
             k = result["contention"]
+            busy, alone = k["during_batches"], k["alone"]
             print(f"while another tenant posts {k['batches']} x 1,000 scores to a mann-kendall job "
                   f"({k['batch_ms_mean']} ms per batch): single scores at {k['rate']:.0f}/s p50 "
-                  f"{k['p50_ms']} ms, p99 {k['p99_ms']} ms, max {k['max_ms']} ms")
+                  f"{busy['p50_ms']} ms, p99 {busy['p99_ms']} ms, max {busy['max_ms']} ms "
+                  f"(alone: p50 {alone['p50_ms']} ms, p99 {alone['p99_ms']} ms)")
         print(f"load average before/after: {result['load_avg_before']} / {result['load_avg_after']}")
     return 0
 
