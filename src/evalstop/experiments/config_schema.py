@@ -96,12 +96,17 @@ CLAIM = Table("[[claim]]", (
     Key("unit", ("string",), "\"%\" prints values x 100"),
     Key("note", ("string",), "why we believe it misses, when it does"),
 ), "one claim of the paper, checked against the study's results")
+BANK = Table("[bank]", (
+    Key("runs_per_family", ("integer",), "runs of each numpy bank family (default 5)"),
+    Key("seed", ("integer",), "seed of the numpy bank (default 0)"),
+    Key("trl", ("boolean",), "add the shipped TRL GRPO runs (default true)"),
+), "RLHF jobs replay bank runs (`workloads.bank.BankSpec`) instead of generated curves")
 STUDY = Table("study spec", (
     Key("name", ("string",), "the study's name", required=True),
     Key("title", ("string",)), Key("description", ("string",)),
     Key("extends", ("string",), "another study whose document this one is merged over"),
     Key("order", ("integer",), "sort key of --list and the report (default 100)"),
-    Key("role", ("string",), "how to read its claims", enum=("paper", "transfer", "extra")),
+    Key("role", ("string",), "how to read its claims", enum=("paper", "transfer", "beyond", "extra")),
     Key("seeds", ("integer",), "seeds (>= 2; default 30)"),
     Key("baseline", ("string",), "a policy label"), Key("treatment", ("string",), "a policy label"),
     Key("jct_cdf", ("boolean",), "keep per-job JCTs for a CDF figure"),
@@ -111,6 +116,7 @@ STUDY = Table("study spec", (
     Key("policy", ("array",), "the policies (at least one)", table=POLICY, required=True),
     Key("sweep", ("object",), table=SWEEP), Key("claim", ("array",), table=CLAIM),
     Key("notes", ("object",), "claim name = why we believe it misses here"),
+    Key("bank", ("object",), table=BANK),
 ), "a study of src/evalstop/experiments/specs/ (docs/studies.md)")
 
 
