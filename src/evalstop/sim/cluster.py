@@ -14,12 +14,13 @@ arrival to its end, so memory grows with the jobs in the system, not with the wo
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .._gc import cyclic_gc_paused
-from .._validation import check_choice, check_float
+from .._validation import InvalidParameterError, check_choice, check_float
 from ..detectors import Decision, Verdict
 from ..schedulers import JobView, Scheduler
 from ..workloads import JobSpec, JobTruth, Workload
@@ -29,6 +30,9 @@ from .outcome import JobOutcome, SimResult
 from .waiting import WidthHeaps
 
 DEPART, ARRIVE = 0, 1  # same-time priority: free GPUs before handing them out
+#: Events due within this relative distance of an instant (seconds below 1 s) happen at it:
+#: far below any time scale modelled (evals are minutes apart), far above float round-off.
+TIME_TOL_S = 1e-9
 #: Event-log entries hashed per update: bounds the text held in memory at the end of a run.
 _HASH_CHUNK = 1 << 16
 
@@ -56,8 +60,8 @@ class _Job:
 
     __slots__ = (
         "attained_at_seg", "done", "duration_s", "first_start_s", "gpu_s_overhead", "kill_at",
-        "kill_verdict", "n_preempt", "next_eval", "overhead_left", "seg_start", "spec",
-        "target_s", "truth", "version", "view",
+        "kill_verdict", "n_preempt", "next_eval", "overhead_left", "rank_milestone", "seg_start",
+        "spec", "target_s", "truth", "version", "view",
     )
 
     def __init__(self, spec: JobSpec, truth: JobTruth) -> None:
@@ -75,6 +79,7 @@ class _Job:
         self.kill_verdict: Verdict | None = None
         self.version = 0
         self.target_s = 0.0
+        self.rank_milestone = False  # the scheduled milestone is a rank change (next_change_s)
         self.done = False
 
     def attained_at(self, now: float) -> float:
@@ -91,6 +96,7 @@ class ClusterSim:
         self.config = config or SimConfig()
         self.scheduler = scheduler
         self.total_gpus = workload.config.total_gpus
+        _check_jobs(workload)
         self.seed = workload.seed
         self.workload = workload
         self.engine = Engine()
@@ -122,9 +128,11 @@ class ClusterSim:
             self._account(now)
             changed = self._handle(event, arrivals, now)
             # Every event of this instant first (departures sort before arrivals), then one
-            # allocation: a job due to finish now is never preempted now.
-            while self.engine.peek_time() == now:
-                changed |= self._handle(self.engine.pop(), arrivals, now)
+            # allocation: a job due to finish now is never preempted now. "Now" spans float
+            # round-off (TIME_TOL_S): a job due at 0.1 + 0.2 finishes at an arrival at 0.3.
+            due_by = now + TIME_TOL_S * max(1.0, abs(now))
+            while (event := self.engine.pop_due(due_by)) is not None:
+                changed |= self._handle(event, arrivals, now)
             # Only stale timers (of preempted jobs) fired: under a static-rank policy the
             # allocation cannot change (waiting ranks are fixed, running ones only improve).
             if changed or not self._static:
@@ -170,39 +178,51 @@ class ClusterSim:
 
     # -- milestones ----------------------------------------------------------------------
     def _milestone(self, job: _Job, now: float) -> None:
-        """The job's attained service reached its next target: eval, kill, completion or rank change."""
-        self._close_segment(job, now)
-        # Snap to the exact target this event was scheduled for: float round-off in
-        # now - seg_start must not leave the job a hair short of its milestone.
-        attained = job.attained_at_seg = job.view.attained_s = job.target_s
+        """The job's attained service reached its next target: eval, kill, completion or rank change.
+
+        Its attained service is that target exactly (float round-off in now - seg_start must not
+        leave it a hair short). An eval milestone that does not end the job leaves its running
+        segment open, so the next milestone is timed from the segment's start, as on the fast
+        path where no eval event lies between them: both paths compute the same times, bit for
+        bit. A rank change, which both paths share, starts a new segment."""
+        if job.rank_milestone:
+            self._close_segment(job, now)
+            job.attained_at_seg = job.target_s
+        attained = job.view.attained_s = job.target_s
         evals = job.spec.evals
         if self._eval_events:
             while job.next_eval < len(evals) and job.eval_target_s(job.next_eval) <= attained:
                 job.next_eval += 1
                 verdict = self.scheduler.on_eval(job.view, evals[: job.next_eval], now)
                 if verdict is not None and verdict.stopped:
-                    self._end(job, now, verdict)
+                    self._end_at_milestone(job, now, verdict)
                     return
         if job.kill_at is not None and job.eval_target_s(job.kill_at) <= attained:
-            self._end(job, now, job.kill_verdict)
-            return
-        if attained >= job.duration_s:
-            self._end(job, now, None)
-            return
-        self._schedule_next(job)
+            self._end_at_milestone(job, now, job.kill_verdict)
+        elif attained >= job.duration_s:
+            self._end_at_milestone(job, now, None)
+        else:
+            self._schedule_next(job, attained)
 
-    def _schedule_next(self, job: _Job) -> None:
-        attained = job.attained_at_seg
+    def _end_at_milestone(self, job: _Job, now: float, verdict: Verdict | None) -> None:
+        target = job.target_s
+        self._close_segment(job, now)
+        job.attained_at_seg = job.view.attained_s = target
+        self._end(job, now, verdict)
+
+    def _schedule_next(self, job: _Job, attained: float) -> None:
+        """Schedule the job's next milestone; ``attained`` is its service now."""
         target = job.duration_s
         if self._eval_events and job.next_eval < len(job.spec.evals):
             target = min(target, job.eval_target_s(job.next_eval))
         if job.kill_at is not None:
             target = min(target, job.eval_target_s(job.kill_at))
         change = self.scheduler.next_change_s(job.view)
-        if change is not None and change > attained:
-            target = min(target, change)
+        job.rank_milestone = change is not None and attained < change <= target
+        if change is not None and job.rank_milestone:
+            target = change
         job.target_s = target
-        when = job.seg_start + job.overhead_left + (target - attained)
+        when = job.seg_start + job.overhead_left + (target - job.attained_at_seg)
         self.engine.schedule(when, DEPART, ("milestone", job, job.version))
 
     def _close_segment(self, job: _Job, now: float) -> None:
@@ -311,7 +331,7 @@ class ClusterSim:
         job.view.running = True
         self.scheduler.on_start(job.view, now)
         self.log.append((now, "start", job_id))
-        self._schedule_next(job)
+        self._schedule_next(job, job.attained_at_seg)
 
     def _release(self, job: _Job, now: float) -> None:
         """Take the job's GPUs back; its accounting is already closed at ``now``."""
@@ -358,6 +378,21 @@ class ClusterSim:
         return SimResult(policy, self.seed, self.total_gpus, makespan, outcomes, _log_digest(self.log))
 
 
+def _check_jobs(workload: Workload) -> None:
+    """Reject, before the run, a job no allocation could ever start or time."""
+    total = workload.config.total_gpus
+    for spec, truth in zip(workload.jobs, workload.truth, strict=True):
+        if not 1 <= spec.gpus <= total:
+            raise InvalidParameterError(
+                f"Job {spec.job_id} asks for {spec.gpus} GPUs; the cluster has {total} "
+                f"(a job needs 1 to {total})."
+            )
+        if not (truth.duration_s >= 0.0 and math.isfinite(truth.duration_s)):
+            raise InvalidParameterError(
+                f"Job {spec.job_id} has duration_s={truth.duration_s!r}; it must be finite and >= 0."
+            )
+
+
 def _in_arrival_order(workload: Workload) -> Iterator[tuple[JobSpec, JobTruth]]:
     """The workload's (spec, truth) pairs by arrival time; ties keep the workload's order."""
     pairs = list(zip(workload.jobs, workload.truth, strict=True))
@@ -384,7 +419,7 @@ def _oracle_verdict(job: _Job) -> Verdict:
 
 def _outcome(job: _Job, now: float, verdict: Verdict | None) -> JobOutcome:
     truth, spec = job.truth, job.spec
-    progress = job.attained_at_seg / job.duration_s
+    progress = job.attained_at_seg / job.duration_s if job.duration_s > 0 else 1.0
     killed = verdict is not None
     delivered = truth.true_final
     if verdict is not None and verdict.best_index is not None:
