@@ -13,17 +13,16 @@ arrival to its end, so memory grows with the jobs in the system, not with the wo
 
 from __future__ import annotations
 
-import hashlib
-import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from .._gc import cyclic_gc_paused
-from .._validation import InvalidParameterError, check_choice, check_float
+from .._validation import check_choice, check_float
 from ..detectors import Decision, Verdict
 from ..schedulers import JobView, Scheduler
 from ..workloads import JobSpec, JobTruth, Workload
+from ._inputs import ARRIVED, COMPLETED, KILLED, PREEMPTED, STARTED, EventLog, check_jobs, in_arrival_order
 from .allocation import fill_free, merge_pass
 from .engine import Engine
 from .outcome import JobOutcome, SimResult
@@ -33,8 +32,6 @@ DEPART, ARRIVE = 0, 1  # same-time priority: free GPUs before handing them out
 #: Events due within this relative distance of an instant (seconds below 1 s) happen at it:
 #: far below any time scale modelled (evals are minutes apart), far above float round-off.
 TIME_TOL_S = 1e-9
-#: Event-log entries hashed per update: bounds the text held in memory at the end of a run.
-_HASH_CHUNK = 1 << 16
 
 
 class SimulationInvariantError(RuntimeError):
@@ -96,7 +93,7 @@ class ClusterSim:
         self.config = config or SimConfig()
         self.scheduler = scheduler
         self.total_gpus = workload.config.total_gpus
-        _check_jobs(workload)
+        check_jobs(workload)
         self.seed = workload.seed
         self.workload = workload
         self.engine = Engine()
@@ -108,11 +105,16 @@ class ClusterSim:
         self._last_t = 0.0
         self._plan_kills = self.config.eval_path == "fast" or self.config.oracle
         self._eval_events = self.config.eval_path == "events" and not self.config.oracle
-        self.log: list[tuple[float, str, int]] = []
+        self.events = EventLog()
         self.outcomes: dict[int, JobOutcome] = {}
         #: Static-rank policies (see ``Scheduler.static_rank``): waiting jobs in width heaps.
         self._static = scheduler.static_rank
         self._queue: WidthHeaps[_Job] = WidthHeaps()
+
+    @property
+    def log(self) -> list[tuple[float, str, int]]:
+        """The event log as (time, event, job id) tuples, built on demand."""
+        return self.events.entries()
 
     # -- the run -------------------------------------------------------------------------
     def run(self) -> SimResult:
@@ -121,7 +123,7 @@ class ClusterSim:
         return self._result()
 
     def _run_events(self) -> None:
-        arrivals = _in_arrival_order(self.workload)
+        arrivals = in_arrival_order(self.workload)
         self._schedule_arrival(arrivals)
         while (event := self.engine.pop()) is not None:
             now = self.engine.now
@@ -163,7 +165,7 @@ class ClusterSim:
         self._last_t = now
 
     def _arrive(self, job: _Job, now: float) -> None:
-        self.log.append((now, "arrive", job.spec.job_id))
+        self.events.add(now, ARRIVED, job.spec.job_id)
         self.scheduler.on_job_add(job.view, now)
         if self._plan_kills:
             job.kill_verdict = self._plan_kill(job)
@@ -330,7 +332,7 @@ class ClusterSim:
         job.overhead_left = self.config.preempt_overhead_s if job.n_preempt else 0.0
         job.view.running = True
         self.scheduler.on_start(job.view, now)
-        self.log.append((now, "start", job_id))
+        self.events.add(now, STARTED, job_id)
         self._schedule_next(job, job.attained_at_seg)
 
     def _release(self, job: _Job, now: float) -> None:
@@ -347,14 +349,14 @@ class ClusterSim:
         self._release(job, now)
         job.n_preempt += 1
         self._enqueue(job)
-        self.log.append((now, "preempt", job.spec.job_id))
+        self.events.add(now, PREEMPTED, job.spec.job_id)
 
     def _end(self, job: _Job, now: float, verdict: Verdict | None) -> None:
         """Kill or complete the job at one of its milestones (whose segment is closed at ``now``)."""
         self._release(job, now)
         job.done = True
         self.scheduler.on_job_end(job.view, now)
-        self.log.append((now, "kill" if verdict is not None else "complete", job.spec.job_id))
+        self.events.add(now, KILLED if verdict is not None else COMPLETED, job.spec.job_id)
         self.outcomes[job.spec.job_id] = _outcome(job, now, verdict)
 
     # -- results -------------------------------------------------------------------------
@@ -375,38 +377,7 @@ class ClusterSim:
         first = min(o.arrival_s for o in outcomes)
         makespan = max(o.end_s for o in outcomes) - first
         policy = "oracle" if self.config.oracle else self.scheduler.name
-        return SimResult(policy, self.seed, self.total_gpus, makespan, outcomes, _log_digest(self.log))
-
-
-def _check_jobs(workload: Workload) -> None:
-    """Reject, before the run, a job no allocation could ever start or time."""
-    total = workload.config.total_gpus
-    for spec, truth in zip(workload.jobs, workload.truth, strict=True):
-        if not 1 <= spec.gpus <= total:
-            raise InvalidParameterError(
-                f"Job {spec.job_id} asks for {spec.gpus} GPUs; the cluster has {total} "
-                f"(a job needs 1 to {total})."
-            )
-        if not (truth.duration_s >= 0.0 and math.isfinite(truth.duration_s)):
-            raise InvalidParameterError(
-                f"Job {spec.job_id} has duration_s={truth.duration_s!r}; it must be finite and >= 0."
-            )
-
-
-def _in_arrival_order(workload: Workload) -> Iterator[tuple[JobSpec, JobTruth]]:
-    """The workload's (spec, truth) pairs by arrival time; ties keep the workload's order."""
-    pairs = list(zip(workload.jobs, workload.truth, strict=True))
-    return iter(sorted(pairs, key=lambda pair: pair[0].arrival_s))
-
-
-def _log_digest(log: Sequence[tuple[float, str, int]]) -> str:
-    """SHA-256 of the event log's lines (``repr`` of each entry, joined by newlines), hashed
-    chunk by chunk so the whole text never sits in memory at once."""
-    digest = hashlib.sha256()
-    for first in range(0, len(log), _HASH_CHUNK):
-        separator = "\n" if first else ""
-        digest.update((separator + "\n".join(map(repr, log[first:first + _HASH_CHUNK]))).encode())
-    return digest.hexdigest()
+        return SimResult(policy, self.seed, self.total_gpus, makespan, outcomes, self.events.digest())
 
 
 def _oracle_verdict(job: _Job) -> Verdict:
