@@ -66,3 +66,22 @@ def test_a_bad_header_or_kind_is_rejected(tmp_path: Path) -> None:
         load_jobs_csv(write(tmp_path, "job_id,submit_s,gpus,duration_s,kind\n1,0,1,1,ppo\n"), CONFIG, seed=0)
     with pytest.raises(InvalidParameterError, match=r"no jobs"):
         load_jobs_csv(write(tmp_path, "job_id,submit_s,gpus,duration_s\n"), CONFIG, seed=0)
+
+
+def test_evalstop_simulate_runs_a_trace_config_and_rejects_a_bad_row_before_running(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    rows = "".join(f"{i},{i * 60},{1 + i % 4},{1800 + 97 * i}\n" for i in range(40))
+    write(tmp_path, "job_id,submit_s,gpus,duration_s\n" + rows)
+    config = tmp_path / "sim.toml"
+    config.write_text('seeds = [1, 2]\n[workload]\ntrace = "jobs.csv"\ntotal_gpus = 8\n'
+                      '[[policy]]\nlabel = "FIFO"\nbase = "fifo"\n')
+    cli = [sys.executable, "-m", "evalstop.cli", "simulate", str(config), "--json"]
+    done = subprocess.run(cli, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert '"policy": "FIFO"' in done.stdout
+    write(tmp_path, "job_id,submit_s,gpus,duration_s\n" + rows + "40,0,9,10\n")
+    done = subprocess.run(cli, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2
+    assert "line 42: gpus='9' must be 1 to the cluster's total_gpus=8" in done.stderr
