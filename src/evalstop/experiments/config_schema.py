@@ -64,7 +64,9 @@ POLICY = Table("[[policy]]", (
 SIMULATE = Table("evalstop simulate config", (
     Key("seeds", ("array",), "workload seeds, non-empty, each >= 0 (default [1])", items="integer"),
     Key("workload", ("object",), table=workload_keys(
-        Key("bank", ("string",), "an `evalstop bank` directory whose runs the RLHF jobs replay"))),
+        Key("bank", ("string",), "an `evalstop bank` directory whose runs the RLHF jobs replay"),
+        Key("trace", ("string",), "a jobs.csv of your own jobs (job_id,submit_s,gpus,duration_s"
+            "[,kind,tenant]), instead of generated arrivals; see docs/model.md"))),
     Key("sim", ("object",), table=SIM),
     Key("policy", ("array",), "the policies to compare: at least one [[policy]] table", table=POLICY,
         required=True),
