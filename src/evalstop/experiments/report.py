@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import base64
 import html
-import importlib.util
 import json
 import sys
 from collections.abc import Mapping
@@ -68,7 +67,11 @@ def write_report(results_dir: Path) -> list[Path]:
 
 
 def have_matplotlib() -> bool:
-    return importlib.util.find_spec("matplotlib") is not None
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _write_figures(doc: Mapping[str, Any], folder: Path) -> dict[tuple[str, str], Path]:

@@ -26,6 +26,7 @@ from ..detectors._spec import format_spec, parameter_names
 from ..sim.cluster import SimConfig
 from ..workloads import PRESETS, WorkloadConfig
 from ..workloads.philly import TraceSpec
+from .config_schema import CLAIM, POLICY, STUDY, SWEEP, TRACE, WORKLOAD, check_policies
 from .policies import PolicySpec
 
 __all__ = [
@@ -33,13 +34,8 @@ __all__ = [
     "study_names",
 ]
 
-_TOP = {"name", "title", "description", "extends", "order", "role", "seeds", "baseline", "treatment",
-        "jct_cdf", "figures", "workload", "trace", "sim", "policy", "sweep", "claim", "notes"}
-_POLICY = {"label", "base", "base_params", "detector", "watch", "oracle"}
-_SWEEP = {"param", "label", "unit", "values", "tick_labels", "with", "log_x"}
-_TRACE = {"path", "min_duration_s", "max_duration_s"}
-_CLAIM = {"name", "paper", "kind", "policy", "metric", "target", "tolerance", "threshold", "low",
-          "high", "x_min", "x_max", "unit", "note"}
+# The keys of each table come from its one declaration (config_schema.py, also the JSON Schema).
+_TOP, _POLICY, _SWEEP, _TRACE, _CLAIM = (set(t.names()) for t in (STUDY, POLICY, SWEEP, TRACE, CLAIM))
 CLAIM_KINDS = ("value", "change", "at_least", "at_most", "change_within")
 ROLES = ("paper", "transfer", "extra")
 _TUPLE_FIELDS = ("quality_start", "rlhf_gain", "healthy_rate", "lora_rate", "lora_gain", "dpo_rate",
@@ -184,7 +180,8 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 def parse_study(doc: Mapping[str, Any], source: str = "") -> StudySpec:
     """Validate a merged study document and resolve its points."""
     doc = dict(doc)
-    _reject_unknown("top level", doc, _TOP)
+    check_policies(doc.get("policy"), SpecError)  # first: its messages are the most specific
+    STUDY.check(doc, SpecError, "top level")
     name = _str(doc, "name")
     policies = tuple(_policy(i, p) for i, p in enumerate(_list(doc, "policy")))
     if not policies:
@@ -281,6 +278,7 @@ class _Base:
                 policies = [_set_detector_param(p, key, value) for p in policies]
             else:
                 policies = [_set_policy_field(p, key, value) for p in policies]
+        WORKLOAD.check(workload, SpecError)
         for key in _TUPLE_FIELDS:
             if key in workload:
                 workload[key] = tuple(workload[key])

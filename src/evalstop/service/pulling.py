@@ -40,6 +40,7 @@ from .errors import Conflict, InvalidInput
 from .ingest import ScoreIn, ingest_scores
 from .leader import Leadership
 from .pull import POLLERS, Cursor, Poller, ScoreRecord, make_poller, run_pollers
+from .pull_schema import PULL
 from .store import Store
 
 log = logging.getLogger("evalstop.service.pulling")
@@ -48,7 +49,7 @@ log = logging.getLogger("evalstop.service.pulling")
 SOURCE_KEYS: dict[str, tuple[str, str]] = {
     "trainer_state": ("path", "paths"), "tensorboard": ("logdir", "logdirs"), "mlflow": ("run_id", "runs"),
 }
-TOP_KEYS = ("interval_s", "cursor_dir", "poller")
+TOP_KEYS = tuple(PULL.names())
 
 
 class PullConfigError(InvalidParameterError):
@@ -90,9 +91,9 @@ def load_pull_config(path: str | Path) -> PullConfig:
 
 
 def _parse(raw: dict[str, Any]) -> PullConfig:
-    unknown = sorted(set(raw) - set(TOP_KEYS))
-    if unknown:
-        raise InvalidParameterError(f"unknown key {unknown[0]!r}; expected one of {', '.join(TOP_KEYS)}.")
+    if not raw.get("poller"):
+        raise InvalidParameterError("no [[poller]] tables: nothing to poll.")
+    PULL.check(raw, InvalidParameterError, "top level")
     interval_s = raw.get("interval_s", 10.0)
     check_float("pull config", "interval_s", interval_s, low=0, low_open=True)
     tables = raw.get("poller", [])
