@@ -288,6 +288,9 @@ def test_a_metric_never_logged_fails_at_the_first_round(tmp_path: Path) -> None:
 def test_two_callbacks_share_one_merged_record(tmp_path: Path) -> None:
     gold = EvalStopCallback("eval_gold", "evalstop:k=2")
     loss = EvalStopCallback("eval_loss", "never")
+    (tmp_path / "out").mkdir()
+    stale = {"metric": "eval_old", "decision": "stop", "stop_step": 2, "evals": []}
+    (tmp_path / "out" / "evalstop.json").write_text(json.dumps(stale))  # from an earlier run
     trainer = make_trainer(tmp_path, RISE_THEN_FALL, gold)
     trainer.add_callback(loss)
     trainer.train()

@@ -135,6 +135,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         self._last_loss: float | None = None
         self._training = False
         self._eval_round: tuple[int, bool, list[str]] | None = None  # (step, matched, keys seen)
+        self._run_id = ""
 
     @property
     def verdict(self) -> Verdict:
@@ -155,6 +156,9 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         elif self.remote is None:  # resumed from a checkpoint: the history up to it, and no further
             self._resume(args, step)
         self._eval_round = None
+        # Callbacks of one train() call share its TrainerState: entries of evalstop.json written
+        # under another run id are from an earlier run and are dropped when this run writes.
+        self._run_id = f"{os.getpid()}:{id(state)}"
         self._training = True
 
     def _resume(self, args: Any, step: int) -> None:
@@ -291,7 +295,10 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             return
         mine = {"metric": self.metric, "mode": self.mode, **self.history.record()}
         mine["best_checkpoint"] = self._best_checkpoint(args)
-        metrics = {**self._read_record(args).get("metrics", {}), self.metric: mine}
+        mine["run_id"] = self._run_id
+        others = {k: r for k, r in self._read_record(args).get("metrics", {}).items()
+                  if r.get("run_id") == self._run_id}
+        metrics = {**others, self.metric: mine}
         stopped = sorted((r for r in metrics.values() if r.get("decision") == "stop"),
                          key=lambda r: (r.get("stop_step") or 0, r["metric"]))
         top = stopped[0] if stopped else metrics[min(metrics)]
