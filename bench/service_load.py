@@ -11,6 +11,15 @@ the server on a small machine):
    ``--rate`` per second for ``--seconds``; latency is measured from the *scheduled* send time
    to the reply (so a stalled server cannot hide queueing), p50/p99/max, plus the achieved rate.
 
+3. **history**: single-score requests, one at a time, alternating between jobs (default rule)
+   that already hold ``--short-history`` evals and jobs that hold ``--long-history`` evals;
+   p50/p90 latency of each and the ratio long/short (each job's rule state is persisted, so a
+   request never reads the history: the target is a ratio within 2).
+4. **contention**: one tenant posts ``--contention-batches`` batches of 1,000 scores to a
+   ``mann-kendall`` job while another tenant sends single scores at ``--contention-rate`` per
+   second (open loop, as in phase 2); p50/p99/max of those single scores while the batches run
+   (target: p99 <= 50 ms), and the time per 1,000-score batch.
+
 Every reply carries the detector's decision, so the latency is "score in -> decision out".
 The paced phase also reports the CPU time per request of the server (from /proc, when this
 script started it or got ``--server-pid``) and of this client, which share the machine.
@@ -18,6 +27,7 @@ script started it or got ``--server-pid``) and of this client, which share the m
     .venv/bin/python bench/service_load.py                     # both phases, 10 s each
     .venv/bin/python bench/service_load.py --seconds 5 --json
     .venv/bin/python bench/service_load.py --phases paced       # one phase only
+    .venv/bin/python bench/service_load.py --phases history,contention
     .venv/bin/python bench/service_load.py --url http://127.0.0.1:8000 --admin-token ...
 """
 
@@ -78,16 +88,17 @@ def start_server(tmp: Path, synchronous: str) -> tuple[subprocess.Popen[bytes], 
     raise SystemExit("the server did not start within 60 s")
 
 
-def make_jobs(base: str, admin: str, n: int) -> tuple[str, list[str]]:
+def make_jobs(base: str, admin: str, n: int, detector: str | None = "evalstop:k=3") -> tuple[str, list[str]]:
+    """A new tenant and ``n`` jobs of it running ``detector`` (None: the service's default)."""
     c = Conn(base, admin)
     name = f"bench-{os.getpid()}-{time.time_ns()}"
     status, tenant = c.send("POST", "/v1/tenants", {"name": name})
     assert status == 201, tenant
     c = Conn(base, tenant["token"])
     ids = []
+    spec = {} if detector is None else {"detector": detector}
     for i in range(n):
-        status, job = c.send("POST", "/v1/jobs", {"external_ref": f"{name}-{i}", "target": "dry-run",
-                                                  "detector": "evalstop:k=3"})
+        status, job = c.send("POST", "/v1/jobs", {"external_ref": f"{name}-{i}", "target": "dry-run", **spec})
         assert status == 201, job
         ids.append(job["id"])
     return tenant["token"], ids
@@ -152,6 +163,85 @@ def paced(
             else round(1000 * (server_cpu - cpu0[1]) / n, 3)}
 
 
+def fill(c: Conn, job: str, n: int, chunk: int = 1000) -> None:
+    """Post steps 0..n-1 of the healthy curve to ``job`` in batches."""
+    for first in range(0, n, chunk):
+        body = {"scores": [{"step": s, "value": rising(s)} for s in range(first, min(n, first + chunk))]}
+        status, reply = c.send("POST", f"/v1/jobs/{job}/scores", body)
+        assert status == 200 and reply["decision"] == "continue", reply
+
+
+def history_cost(
+    base: str, admin: str, short: int, long: int, requests: int, n_jobs: int = 4
+) -> dict[str, Any]:
+    """Single-score latency on jobs holding ``short`` vs ``long`` evals (default rule)."""
+    token, jobs = make_jobs(base, admin, 2 * n_jobs, detector=None)
+    c = Conn(base, token)
+    groups = {"short": jobs[:n_jobs], "long": jobs[n_jobs:]}
+    for name, n in (("short", short), ("long", long)):
+        for job in groups[name]:
+            fill(c, job, n)
+    latencies: dict[str, list[float]] = {"short": [], "long": []}
+    for i in range(requests):
+        for name in ("short", "long"):  # alternate, so both see the same machine
+            job = groups[name][i % n_jobs]
+            step = 10**7 + i
+            t = time.perf_counter()
+            status, reply = c.send("POST", f"/v1/jobs/{job}/scores", {"step": step, "value": rising(step)})
+            latencies[name].append(1000 * (time.perf_counter() - t))
+            assert status == 200 and reply["decision"] == "continue", reply
+    out: dict[str, Any] = {"short_history": short, "long_history": long, "requests_each": requests}
+    for name, ms in latencies.items():
+        ms.sort()
+        out[f"{name}_p50_ms"] = round(statistics.median(ms), 3)
+        out[f"{name}_p90_ms"] = round(ms[int(0.9 * (len(ms) - 1))], 3)
+    out["ratio_p50"] = round(out["long_p50_ms"] / out["short_p50_ms"], 2)
+    return out
+
+
+def contention(base: str, admin: str, batches: int, rate: float) -> dict[str, Any]:
+    """One tenant's 1,000-score batches to a mann-kendall job vs another tenant's single scores."""
+    big_token, (big_job,) = make_jobs(base, admin, 1, detector="mann-kendall")
+    small_token, small_jobs = make_jobs(base, admin, 4, detector=None)
+    done = threading.Event()
+    batch_s: list[float] = []
+
+    def post_batches() -> None:
+        c = Conn(base, big_token)
+        try:
+            for b in range(batches):
+                # a slow decline: Mann-Kendall's window after the best grows to its bound
+                body = {"scores": [{"step": b * 1000 + s, "value": 0.9 - 1e-5 * (b * 1000 + s)
+                                    + (0.002 if s % 3 else 0.0)} for s in range(1000)]}
+                t = time.perf_counter()
+                status, reply = c.send("POST", f"/v1/jobs/{big_job}/scores", body)
+                batch_s.append(time.perf_counter() - t)
+                assert status == 200 and reply["accepted"] == 1000, reply
+        finally:
+            done.set()
+
+    latencies: list[float] = []
+    c = Conn(base, small_token)
+    worker = threading.Thread(target=post_batches)
+    t0 = time.monotonic() + 0.05
+    worker.start()
+    i = 0
+    while not done.is_set():
+        due = t0 + i / rate
+        time.sleep(max(0.0, due - time.monotonic()))
+        step = 10**7 + i
+        body = {"step": step, "value": rising(step)}
+        status, reply = c.send("POST", f"/v1/jobs/{small_jobs[i % 4]}/scores", body)
+        assert status == 200, reply
+        latencies.append(1000 * (time.monotonic() - due))
+        i += 1
+    worker.join()
+    ms = sorted(latencies)
+    return {"batches": batches, "batch_ms_mean": round(1000 * statistics.mean(batch_s), 1),
+            "single_requests": len(ms), "rate": rate, "p50_ms": round(statistics.median(ms), 2),
+            "p99_ms": round(ms[int(0.99 * (len(ms) - 1))], 2), "max_ms": round(ms[-1], 2)}
+
+
 def _cpu_s(pid: int | None) -> float | None:
     """CPU seconds (user + system) used so far by process ``pid``; None where /proc is missing."""
     try:
@@ -181,7 +271,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--paced-threads", type=int, default=8)
     p.add_argument("--synchronous", choices=["FULL", "NORMAL"], default="FULL")
     p.add_argument("--server-pid", type=int, help="with --url: the server's pid, to report its CPU time")
-    p.add_argument("--phases", default="batched,paced", help="comma-separated: batched, paced")
+    p.add_argument("--phases", default="batched,paced,history,contention",
+                   help="comma-separated: batched, paced, history, contention")
+    p.add_argument("--short-history", type=int, default=10)
+    p.add_argument("--long-history", type=int, default=5000)
+    p.add_argument("--history-requests", type=int, default=200)
+    p.add_argument("--contention-batches", type=int, default=5)
+    p.add_argument("--contention-rate", type=float, default=50.0)
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="evalstop-bench-") as tmp:
@@ -203,6 +299,12 @@ def main(argv: list[str] | None = None) -> int:
                 token, fresh = make_jobs(base, args.admin_token, args.jobs)  # histories start empty
                 pid = args.server_pid or (proc.pid if proc is not None else None)
                 result["paced"] = paced(base, token, fresh, args.rate, args.seconds, args.paced_threads, pid)
+            if "history" in phases:
+                result["history"] = history_cost(base, args.admin_token, args.short_history,
+                                                 args.long_history, args.history_requests)
+            if "contention" in phases:
+                result["contention"] = contention(base, args.admin_token, args.contention_batches,
+                                                  args.contention_rate)
             result["load_avg_after"] = os.getloadavg()
         finally:
             if proc is not None:
@@ -221,6 +323,16 @@ def main(argv: list[str] | None = None) -> int:
                   f"decision latency p50 {q['p50_ms']} ms, p99 {q['p99_ms']} ms, max {q['max_ms']} ms")
             print(f"  CPU per request: server {q['server_cpu_ms_per_request']} ms, "
                   f"client {q['client_cpu_ms_per_request']} ms")
+        if "history" in result:
+            h = result["history"]
+            print(f"single score at {h['long_history']} evals vs at {h['short_history']}: p50 "
+                  f"{h['long_p50_ms']} vs {h['short_p50_ms']} ms (ratio {h['ratio_p50']}), p90 "
+                  f"{h['long_p90_ms']} vs {h['short_p90_ms']} ms")
+        if "contention" in result:
+            k = result["contention"]
+            print(f"while another tenant posts {k['batches']} x 1,000 scores to a mann-kendall job "
+                  f"({k['batch_ms_mean']} ms per batch): single scores at {k['rate']:.0f}/s p50 "
+                  f"{k['p50_ms']} ms, p99 {k['p99_ms']} ms, max {k['max_ms']} ms")
         print(f"load average before/after: {result['load_avg_before']} / {result['load_avg_after']}")
     return 0
 

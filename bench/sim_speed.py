@@ -1,11 +1,21 @@
 """How fast the cluster simulator runs, and how its cost grows with the workload.
 
-For each size (``N_JOBSxN_GPUS``) and each policy (SRTF-Est, and SRTF-Est wrapped in EvalStop
-with k-declines against the best eval), a fresh Python process draws the paper preset resized to
-that many jobs and GPUs (same offered load), then simulates it. It reports, separately, the time
-to generate the workload and the time to simulate it, simulated jobs per second, and the peak
-resident memory of that process (after generation, and at the end). A fresh process per run
-makes the memory figures honest: nothing from an earlier run is still allocated.
+Without ``--sizes`` it prints three sections, each measured in this run (see bench/README.md):
+
+- ``queue``: a burst trace (20,000 jobs on 6,500 GPUs, every arrival within 20 minutes) under
+  FIFO and SJF with true durations, strict and backfilling: CPU time of evalstop against the lean
+  reference loop in ``lean_sim.py``, and whether every start time matches it.
+- ``overload``: offered load 1.2 and 1.5 on a fixed 64-GPU cluster, SRTF-Est and LAS, 20,000 and
+  100,000 jobs: the cost exponent log(t2 / t1) / log(n2 / n1).
+- ``million``: 1,000,000 jobs on 16,384 GPUs, EvalStop over SRTF-Est, in a fresh process:
+  generation + simulation wall time and peak RSS.
+
+With ``--sizes``: for each size (``N_JOBSxN_GPUS``) and each policy (SRTF-Est, and SRTF-Est
+wrapped in EvalStop with k-declines against the best eval), a fresh Python process draws the
+paper preset resized to that many jobs and GPUs (same offered load), then simulates it. It
+reports, separately, the time to generate the workload and the time to simulate it, simulated
+jobs per second, and the peak resident memory of that process (after generation, and at the
+end). A fresh process per run makes the memory figures honest: nothing from an earlier run is still allocated.
 
 The scaling exponent between two consecutive sizes is log(time ratio) / log(jobs ratio): 1.0 is
 linear; for n log n between 20,000 and 200,000 jobs it is about 1.09.
@@ -30,6 +40,11 @@ from typing import Any
 
 DEFAULT_SIZES = "20000x6500,200000x16384"
 POLICIES = ("srtf", "evalstop(srtf)")
+SECTIONS = ("queue", "overload", "million")
+#: (queue size, overload sizes and GPUs, million size) for the full run and for --quick.
+FULL = {"queue": (20000, 6500), "overload": ((20000, 100000), 64), "million": (1_000_000, 16384)}
+QUICK = {"queue": (2000, 650), "overload": ((2000, 4000), 16), "million": (20000, 328)}
+BURST_WINDOW_S = 1200.0
 
 
 def parse_size(text: str) -> tuple[int, int]:
@@ -143,18 +158,157 @@ def format_table(records: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+# -- sections ---------------------------------------------------------------------------------
+def burst_workload(n_jobs: int, total_gpus: int, seed: int) -> Any:
+    """The paper preset with exact budgets (so SRTF-Est without preemption is SJF on true
+    durations), every arrival squeezed into ``BURST_WINDOW_S``: a long queue forms at once."""
+    import dataclasses
+
+    from evalstop.workloads import PRESETS, Workload, generate
+
+    config = PRESETS["paper"].with_(n_jobs=n_jobs, total_gpus=total_gpus, budget_error_sigma=0.0)
+    workload = generate(config, seed)
+    scale = BURST_WINDOW_S / workload.jobs[-1].arrival_s * (1 - 1e-9)
+    jobs = tuple(dataclasses.replace(j, arrival_s=j.arrival_s * scale) for j in workload.jobs)
+    return Workload(workload.config, workload.seed, jobs, workload.truth)
+
+
+def queue_section(n_jobs: int, total_gpus: int, seed: int) -> list[dict[str, Any]]:
+    from lean_sim import lean_starts
+
+    from evalstop.schedulers import FIFO, Scheduler, SRTFEst
+    from evalstop.sim.cluster import simulate
+
+    workload = burst_workload(n_jobs, total_gpus, seed)
+    submit = [j.arrival_s for j in workload.jobs]
+    gpus = [j.gpus for j in workload.jobs]
+    duration = [t.duration_s for t in workload.truth]
+    rows = []
+    for policy in ("fifo", "sjf"):
+        for backfill in (False, True):
+            if policy == "fifo":
+                scheduler: Scheduler = FIFO(backfill=backfill)
+                key = lambda i: (submit[i], i)  # noqa: E731
+            else:
+                scheduler = SRTFEst(preemptive=False, backfill=backfill)
+                key = lambda i: (duration[i], submit[i], i)  # noqa: E731
+            cpu0 = time.process_time()
+            lean = lean_starts(submit, gpus, duration, total_gpus, key, backfill)
+            cpu1 = time.process_time()
+            result = simulate(workload, scheduler)
+            cpu2 = time.process_time()
+            rows.append({
+                "policy": policy, "backfill": backfill, "lean_cpu_s": cpu1 - cpu0,
+                "evalstop_cpu_s": cpu2 - cpu1, "ratio": (cpu2 - cpu1) / (cpu1 - cpu0),
+                "starts_match": [o.start_s for o in result.outcomes] == lean,
+                "queued": sum(o.start_s > o.arrival_s for o in result.outcomes),
+            })
+    return rows
+
+
+def overload_run(n_jobs: int, total_gpus: int, load: float, policy: str, seed: int) -> dict[str, Any]:
+    from evalstop.schedulers import LAS, SRTFEst
+    from evalstop.sim.cluster import simulate
+    from evalstop.workloads import PRESETS, generate
+
+    config = PRESETS["paper"].with_(n_jobs=n_jobs, total_gpus=total_gpus, offered_load=load)
+    workload = generate(config, seed)
+    cpu0 = time.process_time()
+    result = simulate(workload, SRTFEst() if policy == "srtf" else LAS())
+    return {
+        "n_jobs": n_jobs, "total_gpus": total_gpus, "load": load, "policy": policy,
+        "simulate_cpu_s": time.process_time() - cpu0,
+        "n_preemptions": sum(o.n_preemptions for o in result.outcomes),
+    }
+
+
+def overload_section(sizes: Sequence[int], total_gpus: int, seed: int) -> list[dict[str, Any]]:
+    rows = []
+    for load in (1.2, 1.5):
+        for policy in ("srtf", "las"):
+            runs = [_child("overload", n, total_gpus, seed, load=load, policy=policy) for n in sizes]
+            for small, big in itertools.pairwise(runs):
+                exponent = math.log(big["simulate_cpu_s"] / small["simulate_cpu_s"]) / math.log(
+                    big["n_jobs"] / small["n_jobs"]
+                )
+                rows.append({**big, "from_jobs": small["n_jobs"], "from_cpu_s": small["simulate_cpu_s"],
+                             "exponent": exponent})
+    return rows
+
+
+def _child(section: str, n_jobs: int, total_gpus: int, seed: int, **extra: Any) -> dict[str, Any]:
+    """One measurement in a fresh interpreter: its memory and caches are its own."""
+    argv = [sys.executable, __file__, "--child", f"{n_jobs}x{total_gpus}", "--section", section]
+    argv += ["--seed", str(seed)]
+    for name, value in extra.items():
+        argv += [f"--{name}", str(value)]
+    done = subprocess.run(argv, check=True, capture_output=True, text=True)
+    record: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return record
+
+
+def format_sections(out: dict[str, Any]) -> str:
+    lines = []
+    if "queue" in out:
+        lines.append("queue: burst trace, CPU s of evalstop vs the lean loop (target ratio <= 2)")
+        for r in out["queue"]:
+            mode = "backfill" if r["backfill"] else "strict"
+            lines.append(
+                f"  {r['policy']:<5}{mode:<9} lean {r['lean_cpu_s']:6.2f}"
+                f"  evalstop {r['evalstop_cpu_s']:6.2f}"
+                f"  ratio {r['ratio']:5.2f}  starts match: {r['starts_match']}  queued jobs {r['queued']}"
+            )
+    if "overload" in out:
+        lines.append("overload: simulate CPU s, cost exponent log(t2/t1)/log(n2/n1) (target <= 1.15)")
+        for r in out["overload"]:
+            lines.append(
+                f"  load {r['load']}  {r['policy']:<5}{r['from_jobs']:>7} -> {r['n_jobs']:<7} on "
+                f"{r['total_gpus']} GPUs  {r['from_cpu_s']:7.2f} -> {r['simulate_cpu_s']:7.2f}"
+                f"  exponent {r['exponent']:.2f}"
+            )
+    if "million" in out:
+        r = out["million"]
+        lines.append("million: EvalStop(SRTF-Est), generation + simulation (target <= 10 s, <= 1024 MiB)")
+        lines.append(
+            f"  {r['n_jobs']}x{r['total_gpus']}  generate {r['generate_s']:.2f} s  simulate "
+            f"{r['simulate_s']:.2f} s  total {r['generate_s'] + r['simulate_s']:.2f} s wall  "
+            f"peak RSS {r['peak_rss_mib']:.0f} MiB"
+        )
+    return "\n".join(lines)
+
+
+def run_sections(sections: Sequence[str], quick: bool, seed: int) -> dict[str, Any]:
+    plan = QUICK if quick else FULL
+    out: dict[str, Any] = {}
+    if "queue" in sections:
+        n, g = plan["queue"]
+        out["queue"] = _child("queue", n, g, seed)["rows"]
+    if "overload" in sections:
+        sizes, g = plan["overload"]
+        out["overload"] = overload_section(sizes, g, seed)
+    if "million" in sections:
+        n, g = plan["million"]
+        out["million"] = _child("million", n, g, seed)
+    return out
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--sizes", type=parse_sizes, default=parse_sizes(DEFAULT_SIZES),
-                        help=f"comma-separated N_JOBSxN_GPUS (default {DEFAULT_SIZES})")
+    parser.add_argument("--sizes", type=parse_sizes, default=None,
+                        help=f"per-size table instead of the sections (e.g. {DEFAULT_SIZES})")
+    parser.add_argument("--sections", default=",".join(SECTIONS),
+                        help=f"comma-separated subset of {', '.join(SECTIONS)}")
+    parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run, not a measurement)")
+    parser.add_argument("--section", choices=SECTIONS, help=argparse.SUPPRESS)
+    parser.add_argument("--load", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--policies", default=",".join(POLICIES),
                         help=f"comma-separated subset of {', '.join(POLICIES)}")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("--child", type=parse_size, help=argparse.SUPPRESS)
-    parser.add_argument("--policy", choices=POLICIES, help=argparse.SUPPRESS)
+    parser.add_argument("--policy", choices=(*POLICIES, "las"), help=argparse.SUPPRESS)
     return parser
 
 
@@ -162,7 +316,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.child is not None:
         n_jobs, total_gpus = args.child
-        print(json.dumps(run_one(n_jobs, total_gpus, args.policy, args.seed)))
+        if args.section == "queue":
+            record: dict[str, Any] = {"rows": queue_section(n_jobs, total_gpus, args.seed)}
+        elif args.section == "overload":
+            record = overload_run(n_jobs, total_gpus, args.load, args.policy, args.seed)
+        elif args.section == "million":
+            record = run_one(n_jobs, total_gpus, "evalstop(srtf)", args.seed)
+        else:
+            record = run_one(n_jobs, total_gpus, args.policy, args.seed)
+        print(json.dumps(record))
+        return 0
+    if args.sizes is None:
+        sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+        unknown_sections = sorted(set(sections) - set(SECTIONS))
+        if unknown_sections:
+            raise SystemExit(f"unknown sections {unknown_sections}; choose from {list(SECTIONS)}")
+        out = run_sections(sections, args.quick, args.seed)
+        print(json.dumps(out, indent=2) if args.json else format_sections(out))
         return 0
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     unknown = sorted(set(policies) - set(POLICIES))

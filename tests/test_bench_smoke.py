@@ -52,3 +52,17 @@ def test_a_malformed_size_is_rejected_naming_it() -> None:
     done = bench("--sizes", "300by64")
     assert done.returncode == 2
     assert "'300by64'" in done.stderr
+
+
+def test_the_sections_report_ratios_exponents_and_matching_schedules() -> None:
+    done = bench("--quick", "--json", "--sections", "queue,overload")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert [(r["policy"], r["backfill"]) for r in out["queue"]] == [
+        ("fifo", False), ("fifo", True), ("sjf", False), ("sjf", True)
+    ]
+    assert all(r["starts_match"] and r["queued"] > 0 and r["ratio"] > 0 for r in out["queue"])
+    assert sorted((r["load"], r["policy"]) for r in out["overload"]) == [
+        (1.2, "las"), (1.2, "srtf"), (1.5, "las"), (1.5, "srtf")
+    ]
+    assert all(r["n_preemptions"] > 0 and r["from_jobs"] < r["n_jobs"] for r in out["overload"])

@@ -370,12 +370,13 @@ def test_make_scheduler_passes_params() -> None:
             "las",
             {"thresholds": (1.0,), "z": 2},
             r"Unknown parameter\(s\) 'thresholds', 'z' for scheduler 'las'. "
-            r"Valid parameters: 'thresholds_gpu_s'.",
+            r"Valid parameters: 'backfill', 'preemptive', 'thresholds_gpu_s'.",
         ),
         (
             "gittins",
             {"sizes": [1.0]},
-            r"Valid parameters: 'min_quantum_gpu_s', 'seed', 'sizes_gpu_s', 'thresholds_gpu_s'.",
+            r"Valid parameters: 'backfill', 'min_quantum_gpu_s', 'preemptive', 'seed', 'sizes_gpu_s', "
+            r"'thresholds_gpu_s'.",
         ),
         ("las", {"thresholds_gpu_s": (0.0,)}, r"'thresholds_gpu_s\[0\]' parameter of LAS"),
     ],

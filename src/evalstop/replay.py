@@ -13,6 +13,9 @@ Refused, with the line and job named: a row with fewer or more fields than the h
 truncated file), a step seen twice for one job (the service answers 409 to the same), a step
 that goes backwards, and a rule that needs a column the file lacks (``fixed-progress`` needs
 ``progress``; ``loss-plateau`` and ``slaq`` need ``loss``). A UTF-8 byte-order mark is skipped.
+
+Each job's rows are folded into its own ``Monitor`` as they are read, so memory grows with the
+number of jobs, not of rows, and every row costs O(1).
 """
 
 from __future__ import annotations
@@ -21,10 +24,10 @@ import argparse
 import csv
 import math
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TextIO
 
-from .detectors import DEFAULT_SPEC, REGISTRY, Detector, Eval, ItemEval, parse_spec
+from .detectors import DEFAULT_SPEC, REGISTRY, Detector, Eval, ItemEval, Monitor, parse_spec
 
 REQUIRED_COLUMNS = ("job_id", "step", "score")
 OUTPUT_COLUMNS = ("job_id", "stopped", "stop_step", "best_step", "best_score")
@@ -72,13 +75,10 @@ def check_columns(columns: Iterable[str] | None, detector: Detector | None = Non
         )
 
 
-def read_curves(rows: Iterable[Row]) -> dict[str, list[Eval]]:
-    """Group and validate rows into per-job eval histories (first-appearance order).
-
-    Errors name the line (the header is line 1) and the job.
-    """
-    jobs: dict[str, list[Eval]] = {}
-    last_line: dict[str, int] = {}
+def read_evals(rows: Iterable[Row]) -> Iterator[tuple[str, Eval]]:
+    """Validate rows into (job, eval) pairs, in file order. Errors name the line (the header is
+    line 1) and the job; a job's steps must strictly increase."""
+    last: dict[str, tuple[int, int]] = {}  # job -> (step, line)
     for line, row in enumerate(rows, start=2):
         if line == 2:
             check_columns(k for k in row if k is not None)
@@ -97,14 +97,21 @@ def read_curves(rows: Iterable[Row]) -> dict[str, list[Eval]]:
         items = _parse_items(row.get("items"), where)
         if items:
             ev = ItemEval(ev.step, ev.score, ev.progress, ev.loss, items=items)
-        history = jobs.setdefault(job, [])
-        if history and ev.step == history[-1].step:
+        previous = last.get(job)
+        if previous is not None and ev.step == previous[0]:
             raise CurvesError(f"{where}: step {ev.step} appears twice for this job (first on line "
-                              f"{last_line[job]}); keep one row per (job_id, step)")
-        if history and ev.step < history[-1].step:
-            raise CurvesError(f"{where}: step {ev.step} goes backwards (previous step {history[-1].step})")
-        history.append(ev)
-        last_line[job] = line
+                              f"{previous[1]}); keep one row per (job_id, step)")
+        if previous is not None and ev.step < previous[0]:
+            raise CurvesError(f"{where}: step {ev.step} goes backwards (previous step {previous[0]})")
+        last[job] = (ev.step, line)
+        yield job, ev
+
+
+def read_curves(rows: Iterable[Row]) -> dict[str, list[Eval]]:
+    """Group and validate rows into per-job eval histories (first-appearance order)."""
+    jobs: dict[str, list[Eval]] = {}
+    for job, ev in read_evals(rows):
+        jobs.setdefault(job, []).append(ev)
     return jobs
 
 
@@ -128,10 +135,15 @@ def replay_rows(
     Each dict has the keys of ``OUTPUT_COLUMNS``: ``stopped`` is a bool, the others an int,
     float or None. ``on_job(done, total)`` is called after each job (for progress display).
     """
-    jobs = read_curves(rows)
+    monitors: dict[str, Monitor] = {}
+    for job, ev in read_evals(rows):
+        monitor = monitors.get(job)
+        if monitor is None:
+            monitor = monitors[job] = Monitor(detector)
+        monitor.observe(ev)
     results = []
-    for done, (job, evals) in enumerate(jobs.items(), start=1):
-        verdict = detector.evaluate(evals)
+    for done, (job, monitor) in enumerate(monitors.items(), start=1):
+        verdict = monitor.verdict
         results.append(
             {
                 "job_id": job,
@@ -142,7 +154,7 @@ def replay_rows(
             }
         )
         if on_job is not None:
-            on_job(done, len(jobs))
+            on_job(done, len(monitors))
     return results
 
 

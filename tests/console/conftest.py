@@ -4,11 +4,13 @@ scripts/setup.d/70-console.sh)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,14 +40,20 @@ def browser() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``evalstop serve`` (with its outbox worker) on a free loopback port; its base URL."""
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """``evalstop serve`` (with its outbox worker) on a free loopback port: its base URL, and the
+    file whose existence makes the ``receiver-down`` target fail."""
     import httpx
 
     tmp = tmp_path_factory.mktemp("console")
     port, log = free_port(), (tmp / "server.log").open("ab")
+    down = tmp / "receiver-down"
+    down.touch()
     env = {**os.environ, "EVALSTOP_ADMIN_TOKEN": ADMIN, "EVALSTOP_WORKER_POLL_S": "0.05",
-           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+           "EVALSTOP_ADAPTER_PLUGINS": json.dumps({"receiver-down": "receiver_down:ReceiverDown"}),
+           "EVALSTOP_ADAPTER_SETTINGS": json.dumps({"receiver-down": {"down_file": str(down)}}),
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(Path(__file__).parent),
+                                          os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen([sys.executable, "-m", "evalstop.cli", "serve", "--database-url",
                              f"sqlite:///{tmp / 'evalstop.db'}", "--port", str(port)],
                             env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -60,7 +68,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
     try:
         wait_for(up, 30, "evalstop serve to be ready")
-        yield base
+        yield base, down
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(15)

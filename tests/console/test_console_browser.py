@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,8 +32,8 @@ def rising_curve(n: int = 15) -> list[dict[str, Any]]:
 class World:
     """Tenants and jobs made through the JSON API before the browser comes in."""
 
-    def __init__(self, base: str) -> None:
-        self.base = base
+    def __init__(self, base: str, down: Path) -> None:
+        self.base, self.down = base, down
         self.http = httpx.Client(base_url=base, timeout=10)
         self.admin = {"Authorization": f"Bearer {ADMIN}"}
         self.a = self._tenant("team-a")
@@ -81,8 +82,8 @@ class World:
 
 
 @pytest.fixture(scope="module")
-def world(server: str) -> World:
-    return World(server)
+def world(server: tuple[str, Path]) -> World:
+    return World(*server)
 
 
 @pytest.fixture
@@ -109,7 +110,8 @@ def listed_ids(page: Any) -> set[str]:
 def test_a_tenant_sees_only_its_jobs_and_another_tenants_job_is_not_found(page: Any, world: World) -> None:
     sign_in(page, world, world.a["token"], "alice")
     api_ids = {j["id"] for j in world.get(world.a, "/v1/jobs")}
-    assert listed_ids(page) == api_ids == {world.stopped, world.running, world.shadowed}
+    assert listed_ids(page) == api_ids >= {world.stopped, world.running, world.shadowed}
+    assert world.secret not in api_ids and world.c_job not in api_ids
     assert "b-secret-run" not in page.content()
     response = page.goto(f"{world.base}/ui/jobs/{world.secret}")
     assert response.status == 404
@@ -186,3 +188,26 @@ def test_the_jobs_list_updates_live_and_filters(page: Any, world: World) -> None
     page.wait_for_url("**state=stopped**")
     states = page.eval_on_selector_all("#job-rows tr[data-job-id] .state", "s => s.map(x => x.innerText)")
     assert states and set(states) == {"stopped"}
+
+
+def test_a_failed_stop_shows_its_error_and_the_retry_button_delivers_it(page: Any, world: World) -> None:
+    job = world._job(world.a, "a-gemma-failing-target", detector="evalstop:k=3,against=best",
+                     target="receiver-down")
+    world._post(world.a, job, hacked_curve(30, 15))
+    wait_for(lambda: world.get(world.a, f"/v1/jobs/{job}")["state"] == "stop_failed", 20, "the stop to fail")
+    sign_in(page, world, world.a["token"], "alice")
+    page.goto(f"{world.base}/ui/jobs/{job}")
+    assert page.inner_text("#job-state") == "stop_failed"
+    history = page.inner_text("#delivery-history")
+    assert "receiver unreachable" in history and "failed" in history
+    screenshot(page, "job-failed.png")
+    world.down.unlink()  # the receiver is back
+    page.fill("#retry-form input[name=reason]", "receiver restarted")
+    page.click("#retry-stop")
+    wait_for(lambda: world.get(world.a, f"/v1/jobs/{job}")["state"] == "stopped", 20, "the retried stop")
+    page.reload()
+    assert page.inner_text("#job-state") == "stopped"
+    assert [h["phase"] for h in world.get(world.a, f"/v1/jobs/{job}/delivery-history")] == [
+        "queued", "failed", "retry", "signal", "reconcile", "done"]
+    audit = page.inner_text("#audit")
+    assert "retry_stop" in audit and "receiver restarted" in audit and "alice" in audit

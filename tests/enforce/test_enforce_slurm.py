@@ -14,7 +14,7 @@ import pytest
 from enforce_http import JsonHandler, serve
 from slurm_cluster import SlurmCluster, missing, start_cluster
 
-from evalstop.service.adapters import AdapterError, JobRef, get_adapter
+from evalstop.service.adapters import AdapterError, JobRef, NotOwned, get_adapter
 from evalstop.service.adapters._common import PIN_MARKER
 from evalstop.service.adapters._slurm import Result, classify
 from evalstop.testing.adapter_contract import check_stop_sequence, check_unknown_job, wait_stopped
@@ -113,6 +113,33 @@ def test_queued_job_is_cancelled_by_signal(slurm: SlurmCluster, make_adapter: An
     assert adapter.states(job) == ["PENDING"] and adapter.is_stopped(job) is False
     adapter.signal(job)
     assert wait_stopped(adapter, job, timeout_s=10) and adapter.states(job) == ["CANCELLED"]
+
+
+@pytest.mark.slow
+def test_ownership_is_checked_with_slurm(slurm: SlurmCluster, make_adapter: Any, tmp_path: Path) -> None:
+    """The job runs under account 'alpha' as root in partition 'debug': a tenant scoped to
+    another account, user or partition is refused, whatever reference it registered."""
+    job_id = _submit_as(slurm, tmp_path, "alpha")
+    adapter = make_adapter()
+    allowed = [{"accounts": ["alpha"]}, {"users": ["root"], "partitions": ["debug"]},
+               {"accounts": ["x", "alpha"], "users": ["root"]}]
+    refused = [({"accounts": ["beta"]}, "account 'alpha'"), ({"users": ["nobody"]}, "user 'root'"),
+               ({"accounts": ["alpha"], "partitions": ["gpu"]}, "partition 'debug'")]
+    for scope in allowed:
+        adapter.check_owner(JobRef("j", "alice", job_id, scope={"slurm": scope}))
+    for scope, says in refused:
+        with pytest.raises(NotOwned, match=says):
+            adapter.check_owner(JobRef("j", "mallory", job_id, scope={"slurm": scope}))
+    with pytest.raises(NotOwned, match="no slurm scope"):
+        adapter.check_owner(JobRef("j", "mallory", job_id, scope={}))
+    adapter.check_owner(JobRef("j", "mallory", "999999", scope={"slurm": {"accounts": ["beta"]}}))  # gone
+    adapter.hard_stop(JobRef("j", "alice", job_id))
+
+
+def _submit_as(slurm: SlurmCluster, out: Path, account: str) -> str:
+    script = out / "own.sh"
+    script.write_text("#!/bin/bash\nsleep 600\n")
+    return slurm.sbatch(script, f"--account={account}")
 
 
 @pytest.mark.slow

@@ -109,6 +109,14 @@ def test_filters_and_sorting(api: Api) -> None:
     assert "stop at step 4" in only
     found = c.get("/ui/jobs", params={"partial": "rows", "q": "c-j"}).text
     assert re.findall(r">([a-d]-job)<", found) == ["c-job"]
+    assert "No jobs match" in c.get("/ui/jobs", params={"partial": "rows", "q": "%"}).text  # literal %
+    by_decision = c.get("/ui/jobs", params={"partial": "rows", "sort": "decision", "dir": "desc"}).text
+    assert re.findall(r">([a-d]-job)<", by_decision)[0] == "d-job"
+    api.job(token, name="e-job", detector="patience")
+    rule = c.get("/ui/jobs", params={"partial": "rows", "rule": "patience"}).text
+    assert re.findall(r">([a-e]-job)<", rule) == ["e-job"]
+    unknown = c.get("/ui/jobs", params={"partial": "rows", "sort": "nope; drop", "state": "bogus"}).text
+    assert len(re.findall(r">([a-e]-job)<", unknown)) == 5  # unknown sort/state: the defaults
 
 
 def test_savings_page_shows_the_reports_numbers(api: Api) -> None:
@@ -121,3 +129,54 @@ def test_savings_page_shows_the_reports_numbers(api: Api) -> None:
     assert shown is not None
     want = (report[0]["would_stop_jobs"], f"{report[0]['gpu_hours']:.2f}")
     assert (int(shown.group(1)), shown.group(2)) == want
+
+
+def test_retry_button_for_a_failed_stop(api: Api) -> None:
+    token = api.tenant("acme")
+    job = api.job(token, grace_period_s=0)
+    api.adapter().fail_next("signal", 1, retryable=False)
+    api.post(token, job["id"], {"scores": [{"step": s, "value": v} for s, v in DECLINING]})
+    api.ctx.worker.run_once()
+    c = sign_in(api.client, token, "bob")
+    url = f"/ui/jobs/{job['id']}"
+    page = c.get(url).text
+    assert 'id="retry-stop"' in page and "in signal: AdapterError" in page
+    r = c.post(f"{url}/retry", data={"reason": "fixed the adapter", "csrf": csrf_of(page)})
+    assert r.status_code == 200 and 'id="job-state">stopping' in r.text
+    api.ctx.worker.run_once()
+    page = c.get(url).text
+    assert 'id="job-state">stopped' in page and "retry_stop" in page and "fixed the adapter" in page
+    again = c.post(f"{url}/retry", data={"csrf": csrf_of(page)})
+    assert again.status_code == 409 and "only a failed stop" in again.text
+
+
+def test_sign_out_and_expiry(api: Api) -> None:
+    c = sign_in(api.client, ADMIN)
+    page = c.get("/ui/jobs").text
+    assert c.post("/ui/logout", data={"csrf": "wrong"}).status_code == 403
+    c.post("/ui/logout", data={"csrf": csrf_of(page)}, follow_redirects=False)
+    assert c.get("/ui/jobs", follow_redirects=False).status_code == 303
+    c = sign_in(api.client, ADMIN)
+    auth = api.client.app.state.console_auth  # type: ignore[attr-defined]
+    auth.clock = lambda: api.ctx.store.clock() + 9 * 3600  # past the 8 h session
+    assert c.get("/ui/jobs", follow_redirects=False).status_code == 303
+
+
+def test_console_pages_on_both_databases(api_any_db: Api) -> None:
+    api = api_any_db
+    token = api.tenant("acme", shadow=True)
+    live = api.tenant("live")
+    shadowed = api.job(token, name="s-job", gpus=2, expected_duration_s=7200)
+    stopped = api.job(live, name="l-job", grace_period_s=0)
+    for who, job in ((token, shadowed), (live, stopped)):
+        api.post(who, job["id"], {"scores": [{"step": s, "value": v} for s, v in DECLINING]})
+    api.ctx.worker.run_once()
+    c = sign_in(api.client, ADMIN)
+    rows = c.get("/ui/jobs", params={"partial": "rows", "shadow": "yes"}).text
+    assert re.findall(r">([sl]-job)<", rows) == ["s-job"] and "shadow stop at step 4" in rows
+    by_step = c.get("/ui/jobs", params={"partial": "rows", "sort": "last_step", "dir": "asc"}).text
+    assert sorted(re.findall(r">([sl]-job)<", by_step)) == ["l-job", "s-job"]
+    page = c.get(f"/ui/jobs/{stopped['id']}").text
+    assert 'id="marker-stop" data-step="4"' in page and ">done<" in page
+    savings = c.get("/ui/savings").text
+    assert 'data-tenant="acme"' in savings and 'data-tenant="live"' in savings

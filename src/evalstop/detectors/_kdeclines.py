@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import isfinite
 
 from .._validation import check_choice, check_float, check_int
-from ._base import Detector, Eval, State, is_valid
+from ._base import Detector, Eval, State
 
 
 @dataclass(frozen=True)
@@ -39,17 +40,22 @@ class KDeclines(Detector):
 
     def step(self, state: State, index: int, ev: Eval) -> str | None:
         score = ev.score
-        if not is_valid(score):
+        if score is None or not isfinite(score):
             state["n_invalid"] += 1
             return None
         best = state["best_score"]
-        sign = 1.0 if self.mode == "max" else -1.0
-        reference = state["previous"] if self.against == "previous" else best
-        if best is None or sign * (score - best) > 0.0:
+        if self.mode == "max":
+            improved = best is None or score > best
+            reference = best if self.against == "best" else state["previous"]
+            declined = reference is not None and reference - score > self.min_delta
+        else:
+            improved = best is None or score < best
+            reference = best if self.against == "best" else state["previous"]
+            declined = reference is not None and score - reference > self.min_delta
+        if improved:
             state["best_index"], state["best_step"], state["best_score"] = index, ev.step, score
         state["previous"] = score
         n_valid = state["n_valid"] = state["n_valid"] + 1
-        declined = reference is not None and sign * (reference - score) > self.min_delta
         if declined and n_valid > self.n_warmup_evals:
             run = state["run"] = state["run"] + 1
             if run >= self.k:

@@ -85,18 +85,21 @@ class Monitor:
         if self.fired:
             self.n_ignored += sum(1 for _ in evals)
             return self.verdict
-        state, advance = self.state, self.detector.advance
+        state, step = self.state, self.detector.step
         last, fired, n_ignored = self.last_step, False, 0
         rest = iter(evals)
-        for i, ev in enumerate(rest):
+        for i, ev in enumerate(rest):  # Detector.advance inlined: the simulator's fast path
             if last is not None and ev.step <= last:
                 n_ignored += 1
                 continue
-            last = ev.step
-            fired = advance(state, ev)
-            if checkpoints is not None and state["best_index"] == state["n"] - 1:
+            last, index = ev.step, state["n"]
+            state["n"] = index + 1
+            reason = step(state, index, ev)
+            if checkpoints is not None and state["best_index"] == index:
                 self.best_checkpoint = checkpoints[i]
-            if fired:
+            if reason is not None:
+                state["stop"] = [index, ev.step, reason]
+                fired = True
                 n_ignored += sum(1 for _ in rest)
                 break
         self.last_step, self.fired_now = last, fired

@@ -31,7 +31,7 @@ import os
 import warnings
 from typing import Any
 
-from ..detectors import Detector, Eval, Verdict
+from ..detectors import Detector, Eval, Monitor, Verdict
 from ._common import (
     EvalHistory,
     as_score,
@@ -310,10 +310,15 @@ class EvalStopCallback(TrainerCallback, ExportableState):
 
     # ---- checkpointed callback state (restore_callback_states_from_checkpoint) -----------------
     def state(self) -> dict[str, Any]:
+        """What the Trainer saves in each checkpoint: the arguments, the evals so far and the
+        rule's ``Monitor`` (its JSON form), so a resumed run decides as if never stopped."""
         remote = None
         if self.remote is not None:
             job = self.remote
             remote = {"url": job.url, "job_id": job.job_id, "timeout_s": job.timeout_s}
+        attributes: dict[str, Any] = {"history_rows": self.history.record()["evals"]}
+        if isinstance(self.history, EvalHistory):
+            attributes["monitor_state"] = self.history.monitor.to_json()
         return {
             "args": {
                 "metric": self.metric,
@@ -323,7 +328,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
                 "remote": remote,
                 "after_stop": self.after_stop,
             },
-            "attributes": {"history_rows": self.history.record()["evals"]},
+            "attributes": attributes,
         }
 
     @property
@@ -332,11 +337,23 @@ class EvalStopCallback(TrainerCallback, ExportableState):
 
     @history_rows.setter
     def history_rows(self, rows: list[list[Any]]) -> None:
+        """Restore from the saved rows (checkpoints without ``monitor_state`` fold them again)."""
         if self.remote is not None:
             return  # the service holds the history
         self.history = EvalHistory(self.detector)
         for ev in evals_from_rows(rows):
             self.history.add(ev)
+
+    @property
+    def monitor_state(self) -> dict[str, Any] | None:
+        return self.history.monitor.to_json() if isinstance(self.history, EvalHistory) else None
+
+    @monitor_state.setter
+    def monitor_state(self, data: dict[str, Any] | None) -> None:
+        """Restore the rule's state as saved (set after ``history_rows``, which it replaces)."""
+        if self.remote is not None or data is None or not isinstance(self.history, EvalHistory):
+            return
+        self.history.monitor = Monitor.from_json(data, self.detector)
 
 
 __all__ = ["RECORD_NAME", "EvalStopCallback", "check_training_args"]

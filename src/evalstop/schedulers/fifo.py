@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from ._base import JobView, Scheduler
 
@@ -14,9 +15,13 @@ class FIFO(Scheduler):
 
     name = "fifo"
     preemptive = False
+    static_rank = True
 
     def __init__(self, backfill: bool = False) -> None:
         self.backfill = backfill
 
+    def rank_key(self, job: JobView) -> tuple[Any, ...]:
+        return (job.arrival_s, job.job_id)
+
     def order(self, jobs: Sequence[JobView], now: float) -> list[JobView]:
-        return sorted(jobs, key=lambda j: (j.arrival_s, j.job_id))
+        return sorted(jobs, key=self.rank_key)

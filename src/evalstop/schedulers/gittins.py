@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -91,6 +92,7 @@ class Gittins(QueueLadder):
     """
 
     name = "gittins"
+    static_rank = True  # the index changes only at queue thresholds (next_change_s milestones)
 
     def __init__(
         self,
@@ -98,8 +100,10 @@ class Gittins(QueueLadder):
         thresholds_gpu_s: Sequence[float] = DEFAULT_THRESHOLDS_GPU_S,
         min_quantum_gpu_s: float | None = None,
         seed: int = 0,
+        preemptive: bool = True,
+        backfill: bool = True,
     ) -> None:
-        super().__init__(thresholds_gpu_s)
+        super().__init__(thresholds_gpu_s, preemptive, backfill)
         if min_quantum_gpu_s is not None:
             check_float("Gittins", "min_quantum_gpu_s", min_quantum_gpu_s, low=0.0)
         check_int("Gittins", "seed", seed, min_value=0)
@@ -137,11 +141,12 @@ class Gittins(QueueLadder):
     def index(self, job: JobView) -> float:
         return self.queue_index[self.queue(job)]
 
+    def rank_key(self, job: JobView) -> tuple[Any, ...]:
+        queue = bisect_right(self._bounds, job.attained_s * job.gpus)
+        return (self._neg_index[queue], job.arrival_s, job.job_id)
+
     def order(self, jobs: Sequence[JobView], now: float) -> list[JobView]:
-        bounds, neg = self._bounds, self._neg_index
-        return sorted(
-            jobs, key=lambda j: (neg[bisect_right(bounds, j.attained_s * j.gpus)], j.arrival_s, j.job_id)
-        )
+        return sorted(jobs, key=self.rank_key)
 
     def __repr__(self) -> str:
         return (

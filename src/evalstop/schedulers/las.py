@@ -10,6 +10,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Sequence
 from itertools import pairwise
+from typing import Any
 
 from .._validation import InvalidParameterError, check_float
 from ._base import JobView, Scheduler
@@ -49,8 +50,15 @@ class QueueLadder(Scheduler):
 
     preemptive = True
 
-    def __init__(self, thresholds_gpu_s: Sequence[float] = DEFAULT_THRESHOLDS_GPU_S) -> None:
+    def __init__(
+        self,
+        thresholds_gpu_s: Sequence[float] = DEFAULT_THRESHOLDS_GPU_S,
+        preemptive: bool = True,
+        backfill: bool = True,
+    ) -> None:
         self.thresholds_gpu_s = check_thresholds(type(self).__name__, thresholds_gpu_s)
+        self.preemptive = preemptive
+        self.backfill = backfill
         self._bounds = tuple(t * (1.0 - CROSSING_RTOL) for t in self.thresholds_gpu_s)
 
     @property
@@ -78,9 +86,10 @@ class LAS(QueueLadder):
     """
 
     name = "las"
+    static_rank = True  # the queue changes only at next_change_s milestones
+
+    def rank_key(self, job: JobView) -> tuple[Any, ...]:
+        return (bisect_right(self._bounds, job.attained_s * job.gpus), job.arrival_s, job.job_id)
 
     def order(self, jobs: Sequence[JobView], now: float) -> list[JobView]:
-        bounds = self._bounds
-        return sorted(
-            jobs, key=lambda j: (bisect_right(bounds, j.attained_s * j.gpus), j.arrival_s, j.job_id)
-        )
+        return sorted(jobs, key=self.rank_key)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from ._base import JobView, Scheduler
 
@@ -13,19 +14,27 @@ class SRTFEst(Scheduler):
     The budget is the user's estimate; its error comes from the workload
     (``budget_error_sigma``). A job past its estimate has an estimated remaining time of 0 and
     ranks first, as an SRTF-Est deployment would treat it. ``gpu_weighted`` ranks by remaining
-    GPU-seconds instead.
+    GPU-seconds instead. ``preemptive=False`` gives shortest-job-first on the estimate (exact
+    SJF when budgets are true durations); ``backfill=False`` makes the best-ranked job that does
+    not fit block the jobs behind it.
     """
 
     name = "srtf"
     preemptive = True
+    static_rank = True  # a waiting job's remaining time is fixed; a running job's only shrinks
 
-    def __init__(self, gpu_weighted: bool = False) -> None:
+    def __init__(self, gpu_weighted: bool = False, preemptive: bool = True, backfill: bool = True) -> None:
         self.gpu_weighted = gpu_weighted
+        self.preemptive = preemptive
+        self.backfill = backfill
 
     def remaining_s(self, job: JobView) -> float:
         left = job.budget_s - job.attained_s
         left = left if left > 0 else 0.0
         return left * job.gpus if self.gpu_weighted else left
 
+    def rank_key(self, job: JobView) -> tuple[Any, ...]:
+        return (self.remaining_s(job), job.arrival_s, job.job_id)
+
     def order(self, jobs: Sequence[JobView], now: float) -> list[JobView]:
-        return sorted(jobs, key=lambda j: (self.remaining_s(j), j.arrival_s, j.job_id))
+        return sorted(jobs, key=self.rank_key)

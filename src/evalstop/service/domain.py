@@ -20,7 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, RowMapping
 
-from ..detectors import Detector, parse_spec
+from ..detectors import DEFAULT_SPEC, Detector, parse_spec
 from . import scopes as scoping
 from .controls import Actor, record
 from .errors import Conflict, Forbidden, InvalidInput, NotFound
@@ -32,9 +32,9 @@ from .ingest import (
     decide_stop,
     ingest_scores,
     ingest_scores_async,
-    load_history,
     lock_job,
 )
+from .monitoring import load_monitor, new_monitor_state
 from .store import Store, decisions, jobs, outbox, scores, tenants
 
 __all__ = [
@@ -145,7 +145,7 @@ class JobSpec:
     target: str
     name: str = ""
     target_options: Mapping[str, Any] = field(default_factory=dict)
-    detector: str = "evalstop"
+    detector: str = DEFAULT_SPEC
     metric: str = "score"
     mode: str = "max"
     grace_period_s: float = 60.0
@@ -194,6 +194,7 @@ def register_job(
         "grace_period_s": spec.grace_period_s, "gpus": spec.gpus,
         "expected_duration_s": spec.expected_duration_s, "shadow": spec.shadow, "override": None,
         "state": "running", "created_at": store.clock(), "stopped_at": None,
+        "monitor_state": new_monitor_state(detector),
     }
     with store.transaction() as conn:
         owner = conn.execute(sa.select(tenants.c.scope, tenants.c.quota).where(tenants.c.name == tenant)
@@ -307,10 +308,11 @@ def set_override(
         if override == "never_stop" and job["state"] != "running":
             raise Conflict(f"Job {job_id} is already {job['state']}; never_stop cannot undo a stop.")
         if override == "stop_now" and job["state"] == "running":
-            history = load_history(conn, job, store.limits.max_history)
-            verdict = parse_spec(job["detector"]).evaluate(history.evals)
+            monitor = load_monitor(conn, job, store.limits.max_history)
+            latest = conn.execute(sa.select(sa.func.max(scores.c.step)).where(
+                scores.c.job_id == job_id, scores.c.metric == job["metric"])).scalar()
             why = f"stop_now override by {actor.display}" + (f": {reason}" if reason else "")
-            decide_stop(conn, job, "override", verdict, history, store.clock(), shadow=False,
+            decide_stop(conn, job, "override", monitor, store.clock(), shadow=False, step=latest,
                         reason=why[:1000])
         if override != "stop_now" or job["state"] == "running":
             conn.execute(jobs.update().where(jobs.c.id == job_id).values(override=override))

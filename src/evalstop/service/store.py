@@ -11,9 +11,7 @@ serialise on ``SELECT ... FOR UPDATE`` of the job row.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -63,6 +61,9 @@ jobs = sa.Table(
     sa.Column("last_step", sa.BigInteger, nullable=True),
     sa.Column("created_at", sa.Float, nullable=False),
     sa.Column("stopped_at", sa.Float, nullable=True),
+    #: The job's Monitor (``Monitor.to_json()``): its rule state, best eval and checkpoint.
+    #: NULL: rebuilt once from the stored scores (service/monitoring.py).
+    sa.Column("monitor_state", sa.JSON(none_as_null=True), nullable=True),
     # an external reference belongs to one live job only (stopped jobs release it)
     sa.Index("uq_jobs_live_ref", "target", "external_ref", unique=True,
              sqlite_where=sa.text("state != 'stopped'"), postgresql_where=sa.text("state != 'stopped'")),
@@ -167,30 +168,6 @@ class Limits:
     max_history: int = 100_000
 
 
-class HistoryCache:
-    """Recently used score histories by job id (LRU). Only a hint: ingest checks each entry
-    against the database inside its transaction before trusting it."""
-
-    def __init__(self, max_jobs: int = 4096) -> None:
-        self.max_jobs = max_jobs
-        self._items: OrderedDict[str, Any] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, job_id: str) -> Any:
-        with self._lock:
-            found = self._items.get(job_id)
-            if found is not None:
-                self._items.move_to_end(job_id)
-            return found
-
-    def put(self, job_id: str, history: Any) -> None:
-        with self._lock:
-            self._items[job_id] = history
-            self._items.move_to_end(job_id)
-            while len(self._items) > self.max_jobs:
-                self._items.popitem(last=False)
-
-
 class Store:
     """An engine plus the limits that go with it. Create with :func:`open_store`."""
 
@@ -201,7 +178,6 @@ class Store:
         self.limits = limits or Limits()
         self.clock = clock
         self.is_sqlite = engine.dialect.name == "sqlite"
-        self.history_cache = HistoryCache()
         self._group_conn: Connection | None = None  # the committer's own connection, kept open
         self.committer = GroupCommitter(self._group_transaction) if group_commit and self.is_sqlite else None
 
@@ -240,7 +216,10 @@ class Store:
         return await asyncio.to_thread(self.write, unit)
 
     def create_schema(self) -> None:
-        metadata.create_all(self.engine)
+        """Create or migrate the schema to the current revision (:mod:`.migrate`)."""
+        from .migrate import upgrade
+
+        upgrade(self.engine)
 
     def ping(self) -> None:
         with self.engine.connect() as conn:

@@ -31,6 +31,10 @@ TERMINAL = ("done", "failed")
 GRACE_POLL_S = 1.0
 
 
+class LeaseLost(RuntimeError):
+    """Another worker claimed the row (this worker's lease expired): stop touching it."""
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     max_attempts: int = 8
@@ -52,6 +56,7 @@ class Worker(DaemonLoop):
         self.retry = retry or RetryPolicy()
         self.lease_s, self.poll_s = lease_s, poll_s
         self.owner = uuid.uuid4().hex
+        self.epoch = -1  # the fencing epoch of the row being advanced (one row at a time per worker)
 
     # -- thread (start/stop/alive from DaemonLoop) ----------------------------------------------
     def _run(self, stop: threading.Event) -> None:
@@ -66,33 +71,45 @@ class Worker(DaemonLoop):
 
     # -- one pass -----------------------------------------------------------------------------
     def run_once(self, limit: int = 20) -> int:
-        """Claim the due rows and advance each as far as it can go now; return how many."""
+        """Claim due rows one at a time and advance each as far as it can go now; return how many."""
         done = 0
-        for row_id in self._due(limit):
-            if self._claim(row_id):
-                self._advance(row_id)
-                done += 1
+        while done < limit:
+            claimed = self._claim()
+            if claimed is None:
+                break
+            self._advance(*claimed)
+            done += 1
         return done
 
-    def _due(self, limit: int) -> list[int]:
+    def _claim(self) -> tuple[int, int] | None:
+        """Lease the next due row: ``(id, fencing epoch)``, or None. On PostgreSQL the row is
+        picked with ``FOR UPDATE SKIP LOCKED``, so replicas claiming at once take different rows
+        without waiting on each other; the epoch is bumped by every claim, and every later write
+        of this worker names it, so a worker whose lease was taken over writes nothing more."""
         now = self.store.clock()
-        query = (sa.select(outbox.c.id)
-                 .where(outbox.c.phase.not_in(TERMINAL), outbox.c.next_attempt_at <= now,
-                        sa.or_(outbox.c.lease_until.is_(None), outbox.c.lease_until < now))
-                 .order_by(outbox.c.next_attempt_at).limit(limit))
-        with self.store.engine.connect() as conn:
-            return [int(r) for r in conn.execute(query).scalars()]
-
-    def _claim(self, row_id: int) -> bool:
-        now = self.store.clock()
+        free = sa.or_(outbox.c.lease_until.is_(None), outbox.c.lease_until < now)
+        query = (sa.select(outbox.c.id, outbox.c.lease_epoch)
+                 .where(outbox.c.phase.not_in(TERMINAL), outbox.c.next_attempt_at <= now, free)
+                 .order_by(outbox.c.next_attempt_at).limit(1))
+        if not self.store.is_sqlite:
+            query = query.with_for_update(skip_locked=True)
         with self.store.transaction() as conn:
-            result = conn.execute(
-                outbox.update().where(outbox.c.id == row_id,
-                                      sa.or_(outbox.c.lease_until.is_(None), outbox.c.lease_until < now))
-                .values(lease_until=now + self.lease_s, lease_owner=self.owner))
-            return bool(result.rowcount == 1)
+            row = conn.execute(query).first()
+            if row is None:
+                return None
+            epoch = int(row.lease_epoch) + 1
+            conn.execute(outbox.update().where(outbox.c.id == row.id, outbox.c.lease_epoch == row.lease_epoch)
+                         .values(lease_until=now + self.lease_s, lease_owner=self.owner, lease_epoch=epoch))
+        return int(row.id), epoch
 
-    def _advance(self, row_id: int) -> None:
+    def _advance(self, row_id: int, epoch: int) -> None:
+        try:
+            self._advance_fenced(row_id, epoch)
+        except LeaseLost:
+            log.warning("outbox row %d: lease %d taken over by another worker; leaving it", row_id, epoch)
+
+    def _advance_fenced(self, row_id: int, epoch: int) -> None:
+        self.epoch = epoch
         row, job, uri, scope = self._load(row_id)
         ref = JobRef(job["id"], job["tenant"], job["external_ref"], dict(job["target_options"] or {}),
                      scope=scope or {})
@@ -154,14 +171,19 @@ class Worker(DaemonLoop):
             scope = conn.execute(sa.select(tenants.c.scope).where(tenants.c.name == job["tenant"])).scalar()
         return row, job, uri, scope
 
-    def _set(self, row_id: int, event: dict[str, Any] | None = None, **values: Any) -> None:
-        """Update the row (if this worker still holds it) and, with ``event``, add a line to
-        its delivery history (``delivery_events``) in the same transaction."""
-        with self.store.transaction() as conn:
-            mine = sa.and_(outbox.c.id == row_id, outbox.c.lease_owner == self.owner)
-            done = conn.execute(outbox.update().where(mine).values(**values))
-            if event is not None and done.rowcount == 1:
-                _add_event(conn, row_id, event, self.store.clock())
+    def _set(self, row_id: int, event: dict[str, Any] | None = None, conn: Any = None, **values: Any) -> None:
+        """Update the row if this worker's lease (its fencing epoch) still holds it, else raise
+        :class:`LeaseLost`; with ``event``, add a line to its delivery history
+        (``delivery_events``) in the same transaction."""
+        if conn is None:
+            with self.store.transaction() as conn:
+                self._set(row_id, event, conn, **values)
+            return
+        fenced = outbox.update().where(outbox.c.id == row_id, outbox.c.lease_epoch == self.epoch)
+        if conn.execute(fenced.values(**values)).rowcount != 1:
+            raise LeaseLost(row_id)
+        if event is not None:
+            _add_event(conn, row_id, event, self.store.clock())
 
     def _signalled_at(self, row_id: int) -> float:
         with self.store.engine.connect() as conn:
@@ -169,7 +191,8 @@ class Worker(DaemonLoop):
         return float(value if value is not None else self.store.clock())
 
     def _save(self, row_id: int, phase: str, wait_until: float | None, *, entered: bool = True) -> None:
-        values: dict[str, Any] = {"phase": phase, "attempts": 0, "last_error": None}
+        values: dict[str, Any] = {"phase": phase, "attempts": 0, "last_error": None,
+                                  "lease_until": self.store.clock() + self.lease_s}  # renewed per phase
         if wait_until is not None or phase in TERMINAL:
             next_at = wait_until if wait_until is not None else self.store.clock()
             values.update(lease_until=None, lease_owner=None, next_attempt_at=next_at)
@@ -177,7 +200,7 @@ class Worker(DaemonLoop):
 
     def _delivered(self, row_id: int, job: RowMapping, now: float) -> None:
         with self.store.transaction() as conn:
-            conn.execute(outbox.update().where(outbox.c.id == row_id).values(delivered_at=now))
+            self._set(row_id, None, conn, delivered_at=now)
             conn.execute(jobs.update().where(jobs.c.id == job["id"]).values(state="stopped", stopped_at=now))
         if self.metrics is not None:
             self.metrics.stops_enforced.labels(target=job["target"]).inc()
@@ -204,10 +227,8 @@ class Worker(DaemonLoop):
             return
         log.error("stop of job %s failed for good after %d attempts: %s", job["id"], attempts, message)
         with self.store.transaction() as conn:
-            conn.execute(outbox.update().where(outbox.c.id == row_id).values(phase="failed", **values))
-            _add_event(conn, row_id, {"phase": "failed", "attempts": attempts,
-                                          "error": f"in {phase}: {message}"[:1000]},
-                       self.store.clock())
+            event = {"phase": "failed", "attempts": attempts, "error": f"in {phase}: {message}"[:1000]}
+            self._set(row_id, event, conn, phase="failed", **values)
             conn.execute(jobs.update().where(jobs.c.id == job["id"]).values(state="stop_failed"))
 
 

@@ -20,11 +20,13 @@ from typing import Any
 
 from .._gc import cyclic_gc_paused
 from .._validation import check_choice, check_float
-from ..detectors import Decision, Verdict
+from ..detectors import Decision, Monitor, Verdict
 from ..schedulers import JobView, Scheduler
 from ..workloads import JobSpec, JobTruth, Workload
+from .allocation import fill_free, merge_pass
 from .engine import Engine
 from .outcome import JobOutcome, SimResult
+from .waiting import WidthHeaps
 
 DEPART, ARRIVE = 0, 1  # same-time priority: free GPUs before handing them out
 #: Event-log entries hashed per update: bounds the text held in memory at the end of a run.
@@ -54,7 +56,7 @@ class _Job:
 
     __slots__ = (
         "attained_at_seg", "done", "duration_s", "first_start_s", "gpu_s_overhead", "kill_at",
-        "kill_verdict", "n_preempt", "next_eval", "overhead_left", "seg_start", "spec",
+        "kill_verdict", "monitor", "n_preempt", "next_eval", "overhead_left", "seg_start", "spec",
         "target_s", "truth", "version", "view",
     )
 
@@ -71,6 +73,7 @@ class _Job:
         self.next_eval = 0
         self.kill_at: int | None = None  # eval index of the planned kill (fast path)
         self.kill_verdict: Verdict | None = None
+        self.monitor: Monitor | None = None  # the stopping rule watching the job (events path)
         self.version = 0
         self.target_s = 0.0
         self.done = False
@@ -102,6 +105,9 @@ class ClusterSim:
         self._eval_events = self.config.eval_path == "events" and not self.config.oracle
         self.log: list[tuple[float, str, int]] = []
         self.outcomes: dict[int, JobOutcome] = {}
+        #: Static-rank policies (see ``Scheduler.static_rank``): waiting jobs in width heaps.
+        self._static = scheduler.static_rank
+        self._queue: WidthHeaps[_Job] = WidthHeaps()
 
     # -- the run -------------------------------------------------------------------------
     def run(self) -> SimResult:
@@ -115,20 +121,27 @@ class ClusterSim:
         while (event := self.engine.pop()) is not None:
             now = self.engine.now
             self._account(now)
-            self._handle(event, arrivals, now)
+            changed = self._handle(event, arrivals, now)
             # Every event of this instant first (departures sort before arrivals), then one
             # allocation: a job due to finish now is never preempted now.
             while self.engine.peek_time() == now:
-                self._handle(self.engine.pop(), arrivals, now)
-            self._reschedule(now)
+                changed |= self._handle(self.engine.pop(), arrivals, now)
+            # Only stale timers (of preempted jobs) fired: under a static-rank policy the
+            # allocation cannot change (waiting ranks are fixed, running ones only improve).
+            if changed or not self._static:
+                self._reschedule(now)
 
-    def _handle(self, event: Any, arrivals: Iterator[tuple[JobSpec, JobTruth]], now: float) -> None:
+    def _handle(self, event: Any, arrivals: Iterator[tuple[JobSpec, JobTruth]], now: float) -> bool:
+        """Handle one event; False if it was a stale timer (nothing changed)."""
         kind, job, version = event
         if kind == "arrive":
             self._schedule_arrival(arrivals)
             self._arrive(job, now)
-        elif version == job.version:
+            return True
+        if version == job.version:
             self._milestone(job, now)
+            return True
+        return False
 
     def _schedule_arrival(self, arrivals: Iterator[tuple[JobSpec, JobTruth]]) -> None:
         """Put the next arrival on the heap. Only arrivals share its priority and they come in
@@ -148,13 +161,19 @@ class ClusterSim:
         if self._plan_kills:
             job.kill_verdict = self._plan_kill(job)
             job.kill_at = None if job.kill_verdict is None else job.kill_verdict.stop_index
+        else:
+            job.monitor = self.scheduler.monitor(job.view)
         self._enqueue(job)
 
     def _plan_kill(self, job: _Job) -> Verdict | None:
+        """Fast path: fold the job's whole eval sequence into its monitor once, at arrival."""
         if self.config.oracle:
             return _oracle_verdict(job) if job.truth.hacking else None
-        verdict = self.scheduler.first_stop(job.view, job.spec.evals)
-        return verdict if verdict is not None and verdict.stopped else None
+        monitor = self.scheduler.monitor(job.view)
+        if monitor is None:
+            return None
+        verdict = monitor.observe_many(job.spec.evals)
+        return verdict if verdict.stopped else None
 
     # -- milestones ----------------------------------------------------------------------
     def _milestone(self, job: _Job, now: float) -> None:
@@ -165,10 +184,13 @@ class ClusterSim:
         attained = job.attained_at_seg = job.view.attained_s = job.target_s
         evals = job.spec.evals
         if self._eval_events:
+            monitor = job.monitor
             while job.next_eval < len(evals) and job.eval_target_s(job.next_eval) <= attained:
                 job.next_eval += 1
-                verdict = self.scheduler.on_eval(job.view, evals[: job.next_eval], now)
-                if verdict is not None and verdict.stopped:
+                if monitor is None:
+                    continue
+                verdict = monitor.observe(evals[job.next_eval - 1])
+                if monitor.fired_now:
                     self._end(job, now, verdict)
                     return
         if job.kill_at is not None and job.eval_target_s(job.kill_at) <= attained:
@@ -207,16 +229,25 @@ class ClusterSim:
     def _enqueue(self, job: _Job) -> None:
         self.waiting[job.spec.job_id] = job
         self.waiting_gpus += job.spec.gpus
+        if self._static:
+            self._queue.push(job.spec.gpus, self.scheduler.rank_key(job.view), job)
 
     def _reschedule(self, now: float) -> None:
         if not self.waiting:
             return
         if self.used_gpus + self.waiting_gpus <= self.total_gpus:
+            self._queue.clear()
             for job in list(self.waiting.values()):
                 self._start(job, now)
             return
+        if self._static and not self.scheduler.preemptive:
+            self._allocate_free_static(now)
+            return
         for job in self.running.values():
             job.view.attained_s = job.attained_at(now)
+        if self._static:
+            self._allocate_preemptive_static(now)
+            return
         active = [j.view for j in self.running.values()] + [j.view for j in self.waiting.values()]
         ranked = self.scheduler.order(active, now)
         if self.scheduler.preemptive:
@@ -239,6 +270,23 @@ class ClusterSim:
             free -= view.gpus
             self._start(job, now)
 
+    def _allocate_free_static(self, now: float) -> None:
+        free = self.total_gpus - self.used_gpus
+        for job in fill_free(self._queue, free, self.scheduler.backfill):
+            self._start(job, now)
+
+    def _allocate_preemptive_static(self, now: float) -> None:
+        key = self.scheduler.rank_key
+        ranked = sorted([(key(job.view), job.spec.gpus, job) for job in self.running.values()])
+        free = self.total_gpus - self.used_gpus
+        kept, started = merge_pass(ranked, self._queue, self.total_gpus, free, self.scheduler.backfill)
+        if len(kept) < len(self.running):
+            keep = {job.spec.job_id for job in kept}
+            for job_id in [j for j in self.running if j not in keep]:
+                self._preempt(self.running[job_id], now)
+        for job in started:
+            self._start(job, now)
+
     def _allocate_preemptive(self, ranked: list[JobView], now: float) -> None:
         capacity = self.total_gpus
         chosen: list[int] = []
@@ -246,6 +294,8 @@ class ClusterSim:
             if view.gpus <= capacity:
                 chosen.append(view.job_id)
                 capacity -= view.gpus
+            elif not self.scheduler.backfill:
+                break  # strict: the best job that does not fit blocks the rest
         keep = set(chosen)
         for job_id in [i for i in self.running if i not in keep]:
             self._preempt(self.running[job_id], now)

@@ -17,6 +17,7 @@ from .evidence import explain
 STATES = ("running", "stopping", "stopped", "stop_failed")
 SORTS = ("created", "name", "tenant", "state", "rule", "last_step", "last_value", "decision")
 MAX_LISTED = 500
+MAX_DECISION_SORT = 5000
 
 
 @dataclass(frozen=True)
@@ -60,34 +61,54 @@ def _last(column: Any) -> sa.ScalarSelect[Any]:
 
 
 def job_rows(store: Store, tenant: str | None, f: Filters) -> tuple[list[dict[str, Any]], int]:
-    """The jobs the filters select, sorted, at most :data:`MAX_LISTED`; and how many matched."""
+    """The jobs the filters select, sorted, at most :data:`MAX_LISTED`; and how many matched.
+    The database sorts and limits (by the decision column: the :data:`MAX_DECISION_SORT` newest
+    matching jobs are sorted here)."""
     shadow = sa.or_(jobs.c.shadow, tenants.c.shadow)
+    last_step, last_value = _last(scores.c.step).label("last_step"), _last(scores.c.value).label("last_value")
     query = (sa.select(jobs.c.id, jobs.c.tenant, jobs.c.name, jobs.c.detector, jobs.c.state, jobs.c.override,
-                       jobs.c.created_at, jobs.c.gpus, shadow.label("shadow"),
-                       _last(scores.c.step).label("last_step"), _last(scores.c.value).label("last_value"))
-             .join(tenants, tenants.c.name == jobs.c.tenant))
-    if tenant is not None:
-        query = query.where(jobs.c.tenant == tenant)
-    if f.tenant:
-        query = query.where(jobs.c.tenant == f.tenant)
-    if f.state:
-        query = query.where(jobs.c.state == f.state)
-    if f.rule:
-        query = query.where(sa.or_(jobs.c.detector == f.rule, jobs.c.detector.startswith(f.rule + ":")))
-    if f.shadow:
-        query = query.where(shadow if f.shadow == "yes" else sa.not_(shadow))
-    if f.q:
-        pattern = "%" + f.q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-        query = query.where(sa.or_(jobs.c.name.like(pattern, escape="\\"),
-                                   jobs.c.external_ref.like(pattern, escape="\\"), jobs.c.id == f.q))
+                       jobs.c.created_at, jobs.c.gpus, shadow.label("shadow"), last_step, last_value)
+             .join(tenants, tenants.c.name == jobs.c.tenant).where(*_where(tenant, f, shadow)))
+    count = sa.select(sa.func.count()).select_from(jobs).join(tenants, tenants.c.name == jobs.c.tenant) \
+        .where(*_where(tenant, f, shadow))
+    columns = {"created": jobs.c.created_at, "name": jobs.c.name, "tenant": jobs.c.tenant,
+               "state": jobs.c.state, "rule": jobs.c.detector, "last_step": last_step,
+               "last_value": last_value}
+    by = columns.get(f.sort, jobs.c.created_at)
+    ordered = (by.desc().nulls_last() if f.desc else by.asc().nulls_first())
+    tie = (jobs.c.created_at.desc(), jobs.c.id.desc()) if f.desc else (jobs.c.created_at, jobs.c.id)
+    limit = MAX_DECISION_SORT if f.sort == "decision" else MAX_LISTED
+    if f.sort == "decision":
+        ordered = jobs.c.created_at.desc()
     with store.engine.connect() as conn:
-        rows = [dict(r) for r in conn.execute(query).mappings().all()]
+        total = int(conn.execute(count).scalar_one())
+        rows = [dict(r) for r in conn.execute(query.order_by(ordered, *tie).limit(limit)).mappings().all()]
         found = _decisions(conn, [r["id"] for r in rows])
     for r in rows:
         r["rule"] = rule_name(r["detector"])
         r["decision"] = _decision_text(found.get(r["id"], []))
-    rows.sort(key=lambda r: _sort_key(r, f.sort), reverse=f.desc)
-    return rows[:MAX_LISTED], len(rows)
+    if f.sort == "decision":
+        rows.sort(key=lambda r: (r["decision"], r["created_at"], r["id"]), reverse=f.desc)
+    return rows[:MAX_LISTED], total
+
+
+def _where(tenant: str | None, f: Filters, shadow: sa.ColumnElement[bool]) -> list[sa.ColumnElement[bool]]:
+    where: list[sa.ColumnElement[bool]] = []
+    if tenant is not None:
+        where.append(jobs.c.tenant == tenant)
+    if f.tenant:
+        where.append(jobs.c.tenant == f.tenant)
+    if f.state:
+        where.append(jobs.c.state == f.state)
+    if f.rule:
+        where.append(sa.or_(jobs.c.detector == f.rule, jobs.c.detector.startswith(f.rule + ":")))
+    if f.shadow:
+        where.append(shadow if f.shadow == "yes" else sa.not_(shadow))
+    if f.q:
+        pattern = "%" + f.q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        where.append(sa.or_(jobs.c.name.like(pattern, escape="\\"),
+                            jobs.c.external_ref.like(pattern, escape="\\"), jobs.c.id == f.q))
+    return where
 
 
 def _decisions(conn: sa.Connection, ids: list[str]) -> dict[str, list[dict[str, Any]]]:
@@ -108,12 +129,6 @@ def _decision_text(found: list[dict[str, Any]]) -> str:
     if found:
         return f"shadow stop at step {found[0]['step']}"
     return ""
-
-
-def _sort_key(row: dict[str, Any], sort: str) -> tuple[Any, ...]:
-    column = {"created": "created_at", "decision": "decision"}.get(sort, sort)
-    value = row[column]
-    return (value is not None, value if value is not None else 0, row["created_at"], row["id"])
 
 
 def rules_and_tenants(store: Store, tenant: str | None) -> tuple[list[str], list[str]]:

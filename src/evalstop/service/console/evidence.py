@@ -16,7 +16,7 @@ from ...detectors._base import is_valid
 
 #: Above this many evals the threshold line of an online-noise rule is not drawn (it re-estimates
 #: the noise on every prefix).
-MAX_ONLINE_BAND = 5000
+MAX_ONLINE_BAND = 500
 
 
 @dataclass(frozen=True)

@@ -70,12 +70,13 @@ async def _form(request: Request) -> dict[str, str]:
 
 
 def _same_origin(request: Request) -> bool:
-    """A POST whose Origin header (when the browser sends one) is this server's own."""
+    """A POST whose Origin header (when the browser sends one) names this server's host. The
+    scheme is not compared: behind a TLS-terminating proxy the server sees plain HTTP. The CSRF
+    token is the defence; this is a second one."""
     origin = request.headers.get("origin")
     if origin is None or origin == "null":
         return origin is None
-    parts = urlsplit(origin)
-    return parts.netloc == request.headers.get("host", "") and parts.scheme == request.url.scheme
+    return urlsplit(origin).netloc == request.headers.get("host", "")
 
 
 def _cookie_args(request: Request) -> dict[str, Any]:

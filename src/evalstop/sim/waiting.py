@@ -1,0 +1,52 @@
+"""Waiting jobs of a static-rank policy: one heap per job width, keyed on the rank.
+
+An allocation pass over a rank-ordered list starts a job when it fits in the GPUs left, and a
+job skipped for being too wide is never started later in that pass (the GPUs left only shrink).
+So the pass is "repeatedly take the best-ranked job no wider than the GPUs left", which is the
+best head among the heaps of widths <= GPUs left: O(number of widths + log n) per job started,
+however long the queue. Entries are removed only by ``pop`` or ``clear``.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class WidthHeaps(Generic[T]):
+    __slots__ = ("_heaps", "_widths")
+
+    def __init__(self) -> None:
+        self._heaps: dict[int, list[tuple[Any, T]]] = {}
+        self._widths: list[int] = []  # ascending widths with a heap (possibly empty)
+
+    def push(self, width: int, key: Any, item: T) -> None:
+        """Add ``item`` of ``width`` GPUs with rank ``key`` (unique: items are never compared)."""
+        heap = self._heaps.get(width)
+        if heap is None:
+            heap = self._heaps[width] = []
+            self._widths.append(width)
+            self._widths.sort()
+        heapq.heappush(heap, (key, item))
+
+    def best(self, max_width: int | None = None) -> tuple[Any, int] | None:
+        """(key, width) of the best-ranked entry no wider than ``max_width`` (None: any width)."""
+        found: tuple[Any, int] | None = None
+        heaps = self._heaps
+        for width in self._widths:
+            if max_width is not None and width > max_width:
+                break
+            heap = heaps[width]
+            if heap and (found is None or heap[0][0] < found[0]):
+                found = (heap[0][0], width)
+        return found
+
+    def pop(self, width: int) -> T:
+        """Remove and return the best entry of ``width`` (as found by ``best``)."""
+        return heapq.heappop(self._heaps[width])[1]
+
+    def clear(self) -> None:
+        for heap in self._heaps.values():
+            heap.clear()
