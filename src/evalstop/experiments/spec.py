@@ -86,9 +86,14 @@ class PointSpec:
     policies: tuple[PolicySpec, ...]
     trace: TraceSpec | None = None
     jct_cdf: bool = False
+    #: ``[workload] trace = "jobs.csv"``: the user's own job list (``workloads.jobs_csv``).
+    jobs_csv: str | None = None
 
     def key(self) -> str:
         doc = asdict(self)
+        del doc["jobs_csv"]  # absent from the key unless set: keys of other points are unchanged
+        if self.jobs_csv is not None:
+            doc["jobs_csv_digest"] = hashlib.sha256(Path(self.jobs_csv).read_bytes()).hexdigest()
         if self.trace is not None:
             from ..workloads.philly import trace_digest
 
@@ -207,12 +212,14 @@ def parse_study(doc: Mapping[str, Any], source: str = "") -> StudySpec:
     preset = workload_doc.pop("preset", "paper")
     if preset not in PRESETS:
         raise SpecError(f"workload.preset must be one of {sorted(PRESETS)}. Got {preset!r} instead.")
+    jobs_csv = _jobs_csv(workload_doc.pop("trace", None), source, doc.get("trace") is not None)
     trace_doc = doc.get("trace")
     if trace_doc is not None:
         _reject_unknown("[trace]", trace_doc, _TRACE)
     sim_doc = dict(doc.get("sim", {}))
     _reject_unknown("[sim]", sim_doc, set(SimConfig.__dataclass_fields__))
-    base = _Base(PRESETS[preset], workload_doc, trace_doc, sim_doc, policies, bool(doc.get("jct_cdf", False)))
+    base = _Base(PRESETS[preset], workload_doc, trace_doc, sim_doc, policies, bool(doc.get("jct_cdf", False)),
+                 jobs_csv)
     base.point({})  # validate the unswept configuration
     sweep = doc.get("sweep")
     x_param, x_label, x_unit, ticks, log_x = None, "", "", None, False
@@ -260,6 +267,7 @@ class _Base:
     sim: Mapping[str, Any]
     policies: tuple[PolicySpec, ...]
     jct_cdf: bool
+    jobs_csv: str | None = None
 
     def point(self, assignment: Mapping[str, Any]) -> PointSpec:
         workload, sim = dict(self.workload), dict(self.sim)
@@ -290,8 +298,24 @@ class _Base:
             raise SpecError(f"[workload]: {exc}") from None
         for p in policies:
             p.build()  # names and parameters are checked now, not mid-sweep
+        if self.jobs_csv is not None:
+            from ..workloads.jobs_csv import read_jobs_csv
+
+            read_jobs_csv(self.jobs_csv, config.total_gpus)  # every row checked now, not mid-sweep
         return PointSpec(config, SimConfig(**sim), tuple(policies),
-                         None if trace is None else TraceSpec(**trace), self.jct_cdf)
+                         None if trace is None else TraceSpec(**trace), self.jct_cdf, self.jobs_csv)
+
+
+def _jobs_csv(value: Any, source: str, has_trace_table: bool) -> str | None:
+    """``[workload] trace``: a jobs.csv path, relative to the study file's directory."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise SpecError(f"workload.trace must be a path to a jobs.csv. Got {value!r} instead.")
+    if has_trace_table:
+        raise SpecError("workload.trace (your own jobs.csv) and a [trace] table cannot be combined")
+    base = Path(source).parent if source else Path(".")
+    return str(base / value)
 
 
 def _set_detector_param(policy: PolicySpec, key: str, value: Any) -> PolicySpec:

@@ -43,6 +43,10 @@ def run_point(point: PointSpec, seed: int) -> list[Row]:
 
 
 def _workload(point: PointSpec, seed: int) -> Workload:
+    if point.jobs_csv is not None:
+        from ..workloads.jobs_csv import load_jobs_csv
+
+        return load_jobs_csv(point.jobs_csv, point.workload, seed)
     if point.trace is None:
         return generate(point.workload, seed)
     from ..workloads.philly import generate_from_trace
