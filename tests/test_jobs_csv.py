@@ -85,3 +85,37 @@ def test_evalstop_simulate_runs_a_trace_config_and_rejects_a_bad_row_before_runn
     done = subprocess.run(cli, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 2
     assert "line 42: gpus='9' must be 1 to the cluster's total_gpus=8" in done.stderr
+
+
+STUDY = """name = "mine"
+seeds = 2
+[workload]
+trace = "jobs.csv"
+total_gpus = 8
+[[policy]]
+label = "FIFO"
+base = "fifo"
+[[policy]]
+label = "SRTF-Est"
+base = "srtf"
+"""
+
+
+def test_a_study_spec_runs_on_a_jobs_csv_and_keys_it_by_content(tmp_path: Path) -> None:
+    from evalstop.experiments.spec import SpecError, load_study
+    from evalstop.experiments.sweep import run_point
+
+    rows = "".join(f"{i},{i * 30},{1 + i % 8},{3600 + 97 * i}\n" for i in range(30))
+    write(tmp_path, "job_id,submit_s,gpus,duration_s\n" + rows)
+    (tmp_path / "mine.toml").write_text(STUDY)
+    study = load_study(tmp_path / "mine.toml")
+    (point,) = study.points
+    result = run_point(point, 1)
+    assert [row["policy"] for row in result] == ["FIFO", "SRTF-Est"]
+    assert all(row["n_jobs"] == 30 for row in result)
+    key = point.key()
+    write(tmp_path, "job_id,submit_s,gpus,duration_s\n" + rows + "30,900,1,60\n")
+    assert load_study(tmp_path / "mine.toml").points[0].key() != key
+    write(tmp_path, "job_id,submit_s,gpus,duration_s\n" + rows + "30,900,9,60\n")
+    with pytest.raises(SpecError, match=r"line 32: gpus='9' must be 1 to the cluster's total_gpus=8"):
+        load_study(tmp_path / "mine.toml")

@@ -93,3 +93,24 @@ def test_the_fast_and_event_eval_paths_give_the_same_event_log_hash(name: str) -
         hashes.add(result.event_log_hash)
         kills += sum(o.killed for o in result.outcomes)
     assert len(hashes) == 1 and kills > 0
+
+
+@pytest.mark.parametrize("static", [True, False])
+def test_a_resumed_job_keeps_its_gpus_for_its_restore_and_the_minimum_run_quantum(static: bool) -> None:
+    # SRTF-Est on 1 GPU: job 1 preempts job 0 at 10; job 0 resumes at 110 (restore until 230);
+    # job 2, shorter, arrives at 150.
+    workload = jobs((1, 0.0, 1000.0, 1000.0), (1, 10.0, 100.0, 100.0), (1, 150.0, 50.0, 50.0), total_gpus=1)
+    preempts = {}
+    for min_run_s in (0.0, 60.0):
+        scheduler: Scheduler = SRTFEst()
+        scheduler.static_rank = static
+        log = log_of(workload, scheduler, min_run_s=min_run_s)
+        preempts[min_run_s] = [(t, job) for t, kind, job in log if kind == "preempt"]
+        assert log[-1] == ((1390.0 if min_run_s else 1310.0), "complete", 0)
+    # without a quantum job 0 loses its GPU mid-restore; with one, at 110 + 120 + 60
+    assert preempts == {0.0: [(10.0, 0), (150.0, 0)], 60.0: [(10.0, 0), (290.0, 0)]}
+
+
+def test_min_run_s_must_be_non_negative() -> None:
+    with pytest.raises(ValueError, match=r"'min_run_s' parameter of SimConfig .* Got -1\.0"):
+        SimConfig(min_run_s=-1.0)

@@ -46,9 +46,13 @@ class SimConfig:
     eval_path: str = "fast"
     #: The oracle stops each hacking job at its best true checkpoint (upper bound, sim only).
     oracle: bool = False
+    #: Minimum run quantum: a resumed job cannot be preempted again until it has finished its
+    #: restore and then run this many seconds (0: no quantum; see docs/model.md).
+    min_run_s: float = 0.0
 
     def __post_init__(self) -> None:
         check_float("SimConfig", "preempt_overhead_s", self.preempt_overhead_s, low=0.0)
+        check_float("SimConfig", "min_run_s", self.min_run_s, low=0.0)
         check_choice("SimConfig", "eval_path", self.eval_path, ("fast", "events"))
 
 
@@ -57,8 +61,8 @@ class _Job:
 
     __slots__ = (
         "attained_at_seg", "done", "duration_s", "first_start_s", "gpu_s_overhead", "kill_at",
-        "kill_verdict", "monitor", "n_preempt", "next_eval", "overhead_left", "rank_milestone",
-        "seg_start", "spec", "target_s", "truth", "version", "view",
+        "kill_verdict", "monitor", "n_preempt", "next_eval", "overhead_left", "protected_until",
+        "rank_milestone", "seg_start", "spec", "target_s", "truth", "version", "view",
     )
 
     def __init__(self, spec: JobSpec, truth: JobTruth) -> None:
@@ -78,6 +82,7 @@ class _Job:
         self.version = 0
         self.target_s = 0.0
         self.rank_milestone = False  # the scheduled milestone is a rank change (next_change_s)
+        self.protected_until = 0.0  # no preemption before this time (minimum run quantum)
         self.done = False
 
     def attained_at(self, now: float) -> float:
@@ -148,10 +153,11 @@ class ClusterSim:
             self._schedule_arrival(arrivals)
             self._arrive(job, now)
             return True
-        if version == job.version:
+        if version != job.version:
+            return False
+        if kind == "milestone":
             self._milestone(job, now)
-            return True
-        return False
+        return True  # a milestone, or the end of a minimum run quantum
 
     def _schedule_arrival(self, arrivals: Iterator[tuple[JobSpec, JobTruth]]) -> None:
         """Put the next arrival on the heap. Only arrivals share its priority and they come in
@@ -298,20 +304,33 @@ class ClusterSim:
 
     def _allocate_preemptive_static(self, now: float) -> None:
         key = self.scheduler.rank_key
-        ranked = sorted([(key(job.view), job.spec.gpus, job) for job in self.running.values()])
+        protected = self._protected(now)
+        ranked = sorted(
+            [(key(job.view), job.spec.gpus, job) for i, job in self.running.items() if i not in protected]
+        )
+        total = self.total_gpus - sum(job.spec.gpus for job in protected.values())
         free = self.total_gpus - self.used_gpus
-        kept, started = merge_pass(ranked, self._queue, self.total_gpus, free, self.scheduler.backfill)
-        if len(kept) < len(self.running):
-            keep = {job.spec.job_id for job in kept}
+        kept, started = merge_pass(ranked, self._queue, total, free, self.scheduler.backfill)
+        if len(kept) + len(protected) < len(self.running):
+            keep = {job.spec.job_id for job in kept} | set(protected)
             for job_id in [j for j in self.running if j not in keep]:
                 self._preempt(self.running[job_id], now)
         for job in started:
             self._start(job, now)
 
+    def _protected(self, now: float) -> dict[int, _Job]:
+        """Running jobs still inside their minimum run quantum: they keep their GPUs."""
+        if self.config.min_run_s <= 0.0:
+            return {}
+        return {i: job for i, job in self.running.items() if job.protected_until > now}
+
     def _allocate_preemptive(self, ranked: list[JobView], now: float) -> None:
-        capacity = self.total_gpus
-        chosen: list[int] = []
+        protected = self._protected(now)
+        capacity = self.total_gpus - sum(job.spec.gpus for job in protected.values())
+        chosen: list[int] = list(protected)
         for view in ranked:
+            if view.job_id in protected:
+                continue
             if view.gpus <= capacity:
                 chosen.append(view.job_id)
                 capacity -= view.gpus
@@ -339,6 +358,9 @@ class ClusterSim:
             job.first_start_s = now
         job.seg_start = now
         job.overhead_left = self.config.preempt_overhead_s if job.n_preempt else 0.0
+        if job.n_preempt and self.config.min_run_s > 0.0:
+            job.protected_until = now + job.overhead_left + self.config.min_run_s
+            self.engine.schedule(job.protected_until, DEPART, ("quantum", job, job.version))
         job.view.running = True
         self.scheduler.on_start(job.view, now)
         self.events.add(now, STARTED, job_id)
