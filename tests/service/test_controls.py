@@ -35,7 +35,8 @@ def test_overrides_through_the_api_are_audited(api: Api) -> None:
     assert api.client.get(f"{url}/audit", headers=api.as_(other)).status_code == 404
 
 
-def test_a_failed_stop_has_its_errors_in_the_history_and_can_be_retried(api: Api) -> None:
+def test_a_failed_stop_has_its_errors_in_the_history_and_can_be_retried(api_any_db: Api) -> None:
+    api = api_any_db
     token = api.tenant("acme")
     job = api.job(token, grace_period_s=0)
     api.adapter().fail_next("pin_checkpoint", 1, retryable=False)
@@ -82,7 +83,8 @@ def test_gpu_hours_saved_definitions() -> None:
     assert gpu_hours_saved(2, 0.0, None, 1000.0, None) == (0.0, "lower_bound")
 
 
-def test_shadow_and_reclaimed_reports_are_scoped_per_tenant(api: Api) -> None:
+def test_shadow_and_reclaimed_reports_are_scoped_per_tenant(api_any_db: Api) -> None:
+    api = api_any_db
     shadowed = api.tenant("shadowed", shadow=True)
     live = api.tenant("live")
     a = api.job(shadowed, gpus=4, expected_duration_s=36_000)

@@ -50,7 +50,10 @@ def workload_keys(*extra: Key) -> Table:
                  "the workload: a preset, then any field to change")
 
 
-WORKLOAD = workload_keys()
+#: ``[workload] trace``: a user's own job list (``workloads.jobs_csv``).
+JOBS_CSV = Key("trace", ("string",), "a jobs.csv of your own jobs (job_id,submit_s,gpus,duration_s"
+               "[,kind,tenant]), instead of generated arrivals; see docs/model.md")
+WORKLOAD = workload_keys(JOBS_CSV)
 SIM = Table("[sim]", _fields_as_keys(SimConfig), "simulator settings")
 POLICY = Table("[[policy]]", (
     Key("label", ("string",), "the row's name in tables (unique; default: the base scheduler)"),
@@ -64,7 +67,8 @@ POLICY = Table("[[policy]]", (
 SIMULATE = Table("evalstop simulate config", (
     Key("seeds", ("array",), "workload seeds, non-empty, each >= 0 (default [1])", items="integer"),
     Key("workload", ("object",), table=workload_keys(
-        Key("bank", ("string",), "an `evalstop bank` directory whose runs the RLHF jobs replay"))),
+        Key("bank", ("string",), "an `evalstop bank` directory whose runs the RLHF jobs replay"),
+        JOBS_CSV)),
     Key("sim", ("object",), table=SIM),
     Key("policy", ("array",), "the policies to compare: at least one [[policy]] table", table=POLICY,
         required=True),

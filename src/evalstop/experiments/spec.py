@@ -84,11 +84,16 @@ class PointSpec:
     trace: TraceSpec | None = None
     jct_cdf: bool = False
     bank: BankSpec | None = None
+    #: ``[workload] trace = "jobs.csv"``: the user's own job list (``workloads.jobs_csv``).
+    jobs_csv: str | None = None
 
     def key(self) -> str:
         doc = asdict(self)
         if self.bank is not None:
             doc["bank_digest"] = self.bank.digest()
+        del doc["jobs_csv"]  # absent from the key unless set: keys of other points are unchanged
+        if self.jobs_csv is not None:
+            doc["jobs_csv_digest"] = hashlib.sha256(Path(self.jobs_csv).read_bytes()).hexdigest()
         if self.trace is not None:
             from ..workloads.philly import trace_digest
 
@@ -208,6 +213,7 @@ def parse_study(doc: Mapping[str, Any], source: str = "") -> StudySpec:
     preset = workload_doc.pop("preset", "paper")
     if preset not in PRESETS:
         raise SpecError(f"workload.preset must be one of {sorted(PRESETS)}. Got {preset!r} instead.")
+    jobs_csv = _jobs_csv(workload_doc.pop("trace", None), source, doc.get("trace") is not None)
     trace_doc = doc.get("trace")
     if trace_doc is not None:
         _reject_unknown("[trace]", trace_doc, _TRACE)
@@ -219,7 +225,7 @@ def parse_study(doc: Mapping[str, Any], source: str = "") -> StudySpec:
     except (TypeError, ValueError) as exc:
         raise SpecError(f"[bank]: {exc}") from None
     base = _Base(PRESETS[preset], workload_doc, trace_doc, sim_doc, policies, bool(doc.get("jct_cdf", False)),
-                 bank)
+                 bank, jobs_csv)
     base.point({})  # validate the unswept configuration
     sweep = doc.get("sweep")
     x_param, x_label, x_unit, ticks, log_x = None, "", "", None, False
@@ -268,6 +274,7 @@ class _Base:
     policies: tuple[PolicySpec, ...]
     jct_cdf: bool
     bank: BankSpec | None = None
+    jobs_csv: str | None = None
 
     def point(self, assignment: Mapping[str, Any]) -> PointSpec:
         workload, sim = dict(self.workload), dict(self.sim)
@@ -299,8 +306,25 @@ class _Base:
             raise SpecError(f"[workload]: {exc}") from None
         for p in policies:
             p.build()  # names and parameters are checked now, not mid-sweep
+        if self.jobs_csv is not None:
+            from ..workloads.jobs_csv import read_jobs_csv
+
+            read_jobs_csv(self.jobs_csv, config.total_gpus)  # every row checked now, not mid-sweep
         return PointSpec(config, SimConfig(**sim), tuple(policies),
-                         None if trace is None else TraceSpec(**trace), self.jct_cdf, self.bank)
+                         None if trace is None else TraceSpec(**trace), self.jct_cdf, self.bank,
+                         self.jobs_csv)
+
+
+def _jobs_csv(value: Any, source: str, has_trace_table: bool) -> str | None:
+    """``[workload] trace``: a jobs.csv path, relative to the study file's directory."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise SpecError(f"workload.trace must be a path to a jobs.csv. Got {value!r} instead.")
+    if has_trace_table:
+        raise SpecError("workload.trace (your own jobs.csv) and a [trace] table cannot be combined")
+    base = Path(source).parent if source else Path(".")
+    return str(base / value)
 
 
 def _set_detector_param(policy: PolicySpec, key: str, value: Any) -> PolicySpec:

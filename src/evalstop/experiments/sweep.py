@@ -44,6 +44,10 @@ def run_point(point: PointSpec, seed: int) -> list[Row]:
 
 
 def _workload(point: PointSpec, seed: int) -> Workload:
+    if point.jobs_csv is not None:
+        from ..workloads.jobs_csv import load_jobs_csv
+
+        return load_jobs_csv(point.jobs_csv, point.workload, seed)
     if point.trace is None:
         jobs = generate(point.workload, seed)
     else:

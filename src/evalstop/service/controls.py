@@ -99,7 +99,7 @@ def retry_stop(store: Store, job_id: str, actor: Actor, reason: str = "") -> dic
             raise Conflict(f"Job {job_id} has no failed stop in the outbox.")
         conn.execute(outbox.update().where(outbox.c.id == row_id).values(
             phase="pin", attempts=0, next_attempt_at=now, lease_until=None, lease_owner=None,
-            last_error=None))
+            last_error=None, lease_epoch=outbox.c.lease_epoch + 1))  # fences any stale writer
         conn.execute(delivery_events.insert().values(outbox_id=row_id, job_id=job_id, phase="retry",
                                                      attempts=0, error=None, created_at=now))
         conn.execute(jobs.update().where(jobs.c.id == job_id).values(state="stopping"))

@@ -93,8 +93,10 @@ def _ingest(
     store: Store, conn: Connection, job_id: str, tenant: str | None, scores_in: Sequence[ScoreIn], now: float
 ) -> IngestResult:
     job = _read_job(store, conn, job_id, tenant)
-    rows, duplicates = _insert_new(store, conn, job, scores_in, now)
+    # Load (or rebuild from the stored history) before inserting, so a rebuild never sees the
+    # new rows, which are observed once below.
     monitor = load_monitor(conn, job, store.limits.max_history)
+    rows, duplicates = _insert_new(store, conn, job, scores_in, now)
     if observe_rows(monitor, rows, job["metric"]) or job.get("monitor_state") is None:
         save_monitor(conn, job_id, monitor, raw_sqlite=store.is_sqlite)
     verdict = monitor.verdict
