@@ -11,6 +11,15 @@ the server on a small machine):
    ``--rate`` per second for ``--seconds``; latency is measured from the *scheduled* send time
    to the reply (so a stalled server cannot hide queueing), p50/p99/max, plus the achieved rate.
 
+3. **history**: single-score requests, one at a time, alternating between jobs (default rule)
+   that already hold ``--short-history`` evals and jobs that hold ``--long-history`` evals;
+   p50/p90 latency of each and the ratio long/short (each job's rule state is persisted, so a
+   request never reads the history: the target is a ratio within 2).
+4. **contention**: one tenant posts ``--contention-batches`` batches of 1,000 scores to a
+   ``mann-kendall`` job while another tenant sends single scores at ``--contention-rate`` per
+   second (open loop, as in phase 2); p50/p99/max of those single scores while the batches run
+   (target: p99 <= 50 ms), and the time per 1,000-score batch.
+
 Every reply carries the detector's decision, so the latency is "score in -> decision out".
 The paced phase also reports the CPU time per request of the server (from /proc, when this
 script started it or got ``--server-pid``) and of this client, which share the machine.
@@ -18,7 +27,16 @@ script started it or got ``--server-pid``) and of this client, which share the m
     .venv/bin/python bench/service_load.py                     # both phases, 10 s each
     .venv/bin/python bench/service_load.py --seconds 5 --json
     .venv/bin/python bench/service_load.py --phases paced       # one phase only
+    .venv/bin/python bench/service_load.py --phases history,contention
     .venv/bin/python bench/service_load.py --url http://127.0.0.1:8000 --admin-token ...
+    .venv/bin/python bench/service_load.py --replicas 2 --db postgresql   # + the fairness phase
+
+``--db postgresql`` starts a throwaway PostgreSQL (``initdb`` under ``/usr/lib/postgresql``, as
+in tests/service/conftest.py; or pass ``--database-url``); ``--replicas N`` starts N servers on
+the same database and spreads the clients over them. The **fair** phase (on by default with
+``--replicas``) has a heavy tenant, limited to ``--heavy-quota`` scores/s, post batches as fast as
+it can (its 429s are counted) while a light tenant sends ``--light-rate`` single scores/s; it
+prints the light tenant's p99.
 """
 
 from __future__ import annotations
@@ -58,13 +76,15 @@ class Conn:
         return response.status, json.loads(payload) if payload else None
 
 
-def start_server(tmp: Path, synchronous: str) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(
+    tmp: Path, synchronous: str, database_url: str | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "EVALSTOP_ADMIN_TOKEN": ADMIN, "EVALSTOP_SQLITE_SYNCHRONOUS": synchronous}
-    cmd = [sys.executable, "-m", "evalstop.cli", "serve", "--database-url", f"sqlite:///{tmp / 'bench.db'}",
-           "--port", str(port), "--log-level", "warning"]
+    cmd = [sys.executable, "-m", "evalstop.cli", "serve", "--database-url",
+           database_url or f"sqlite:///{tmp / 'bench.db'}", "--port", str(port), "--log-level", "warning"]
     proc = subprocess.Popen(cmd, env=env)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
@@ -78,15 +98,61 @@ def start_server(tmp: Path, synchronous: str) -> tuple[subprocess.Popen[bytes], 
     raise SystemExit("the server did not start within 60 s")
 
 
-def make_jobs(base: str, admin: str, n: int) -> tuple[str, list[str]]:
+def start_postgres() -> tuple[str, Any]:
+    """A throwaway PostgreSQL on a free loopback port (fsync on: replies mean committed)."""
+    import glob
+    import pwd
+    import shutil
+
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    if not found:
+        raise SystemExit("--db postgresql: no PostgreSQL server binaries under /usr/lib/postgresql (or pass "
+                         "--database-url)")
+    bindir, root = Path(found[-1]).parent, Path(tempfile.mkdtemp(prefix="evalstop-bench-pg-"))
+    user = next((u for u in ("postgres", "evalstop-pg") if _user_exists(pwd, u)), None)
+    prefix = ["runuser", "-u", user, "--"] if os.geteuid() == 0 and user else []
+    if prefix:
+        shutil.chown(root, user)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    def run(*cmd: str) -> None:
+        subprocess.run([*prefix, *cmd], check=True, capture_output=True, timeout=120)
+
+    run(str(bindir / "initdb"), "-D", str(root / "data"), "-U", "postgres", "--auth=trust", "-E", "UTF8")
+    opts = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c max_connections=200"
+    run(str(bindir / "pg_ctl"), "-D", str(root / "data"), "-o", opts, "-l", str(root / "log"), "-w", "start")
+
+    def stop() -> None:
+        run(str(bindir / "pg_ctl"), "-D", str(root / "data"), "-m", "fast", "stop")
+        shutil.rmtree(root, ignore_errors=True)
+
+    return f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres", stop
+
+
+def _user_exists(pwd: Any, name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+        return True
+    except KeyError:
+        return False
+
+
+def make_jobs(
+    base: str, admin: str, n: int, detector: str | None = "evalstop:k=3", quota: dict[str, Any] | None = None
+) -> tuple[str, list[str]]:
+    """A new tenant (with ``quota``, if given) and ``n`` jobs of it running ``detector`` (None:
+    the service's default)."""
     c = Conn(base, admin)
-    status, tenant = c.send("POST", "/v1/tenants", {"name": f"bench-{os.getpid()}-{time.time_ns()}"})
+    name = f"bench-{os.getpid()}-{time.time_ns()}"
+    status, tenant = c.send("POST", "/v1/tenants", {"name": name, "quota": quota})
     assert status == 201, tenant
     c = Conn(base, tenant["token"])
     ids = []
+    spec = {} if detector is None else {"detector": detector}
     for i in range(n):
-        status, job = c.send("POST", "/v1/jobs", {"external_ref": f"bench-{i}", "target": "dry-run",
-                                                  "detector": "evalstop:k=3"})
+        status, job = c.send("POST", "/v1/jobs", {"external_ref": f"{name}-{i}", "target": "dry-run", **spec})
         assert status == 201, job
         ids.append(job["id"])
     return tenant["token"], ids
@@ -98,13 +164,13 @@ def rising(step: int) -> float:
 
 
 def batched(
-    base: str, token: str, jobs: list[str], clients: int, batch: int, seconds: float
+    bases: list[str], token: str, jobs: list[str], clients: int, batch: int, seconds: float
 ) -> dict[str, Any]:
     counts = [0] * clients
     stop_at = time.monotonic() + seconds
 
     def run(k: int) -> None:
-        c, mine, step = Conn(base, token), jobs[k::clients], 0
+        c, mine, step = Conn(bases[k % len(bases)], token), jobs[k::clients], 0
         while time.monotonic() < stop_at:
             for job in mine:
                 body = {"scores": [{"step": s, "value": rising(s)} for s in range(step, step + batch)]}
@@ -120,7 +186,7 @@ def batched(
 
 
 def paced(
-    base: str, token: str, jobs: list[str], rate: float, seconds: float, threads: int,
+    bases: list[str], token: str, jobs: list[str], rate: float, seconds: float, threads: int,
     server_pid: int | None = None,
 ) -> dict[str, Any]:
     """Request ``i`` is due at ``t0 + i / rate``; thread ``i % threads`` sends it, to one of that
@@ -131,7 +197,7 @@ def paced(
     cpu0 = time.process_time(), _cpu_s(server_pid)
 
     def run(k: int) -> None:
-        c, mine = Conn(base, token), jobs[k::threads]
+        c, mine = Conn(bases[k % len(bases)], token), jobs[k::threads]
         for i in range(k, n, threads):
             due = t0 + i / rate
             time.sleep(max(0.0, due - time.monotonic()))
@@ -149,6 +215,125 @@ def paced(
             "max_ms": round(ms[-1], 2), "client_cpu_ms_per_request": round(1000 * client_cpu / n, 3),
             "server_cpu_ms_per_request": None if server_cpu is None or cpu0[1] is None
             else round(1000 * (server_cpu - cpu0[1]) / n, 3)}
+
+
+def fair(
+    bases: list[str], admin: str, args: argparse.Namespace
+) -> dict[str, Any]:
+    """The heavy tenant saturates its quota from ``--clients`` threads (batches, no pause; a 429
+    is counted and retried after a short sleep) while the light tenant is paced."""
+    quota = {"scores_per_s": args.heavy_quota, "burst": max(args.batch, int(args.heavy_quota))}
+    heavy, heavy_jobs = make_jobs(bases[0], admin, args.clients, quota=quota)
+    light, light_jobs = make_jobs(bases[0], admin, args.paced_threads)
+    stop = threading.Event()
+    accepted, refused = [0] * args.clients, [0] * args.clients
+
+    def hammer(k: int) -> None:
+        c, job, step = Conn(bases[k % len(bases)], heavy), heavy_jobs[k], 0
+        while not stop.is_set():
+            body = {"scores": [{"step": s, "value": rising(s)} for s in range(step, step + args.batch)]}
+            status, _ = c.send("POST", f"/v1/jobs/{job}/scores", body)
+            if status == 200:
+                accepted[k] += args.batch
+                step += args.batch
+            else:
+                assert status == 429, status
+                refused[k] += 1
+                time.sleep(0.01)
+
+    threads = [threading.Thread(target=hammer, args=(k,)) for k in range(args.clients)]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)  # the heavy tenant has used up its burst
+    started = time.monotonic()
+    try:
+        light_result = paced(bases, light, light_jobs, args.light_rate, args.seconds, args.paced_threads)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    elapsed = time.monotonic() - started + 1.0
+    return {"heavy_quota_scores_per_s": args.heavy_quota, "heavy_accepted_scores_per_s":
+            round(sum(accepted) / elapsed), "heavy_429s": sum(refused), "light": light_result}
+
+
+def fill(c: Conn, job: str, n: int, chunk: int = 1000) -> None:
+    """Post steps 0..n-1 of the healthy curve to ``job`` in batches."""
+    for first in range(0, n, chunk):
+        body = {"scores": [{"step": s, "value": rising(s)} for s in range(first, min(n, first + chunk))]}
+        status, reply = c.send("POST", f"/v1/jobs/{job}/scores", body)
+        assert status == 200 and reply["decision"] == "continue", reply
+
+
+def history_cost(
+    base: str, admin: str, short: int, long: int, requests: int, n_jobs: int = 4
+) -> dict[str, Any]:
+    """Single-score latency on jobs holding ``short`` vs ``long`` evals (default rule)."""
+    token, jobs = make_jobs(base, admin, 2 * n_jobs, detector=None)
+    c = Conn(base, token)
+    groups = {"short": jobs[:n_jobs], "long": jobs[n_jobs:]}
+    for name, n in (("short", short), ("long", long)):
+        for job in groups[name]:
+            fill(c, job, n)
+    latencies: dict[str, list[float]] = {"short": [], "long": []}
+    for i in range(requests):
+        for name in ("short", "long"):  # alternate, so both see the same machine
+            job = groups[name][i % n_jobs]
+            step = 10**7 + i
+            t = time.perf_counter()
+            status, reply = c.send("POST", f"/v1/jobs/{job}/scores", {"step": step, "value": rising(step)})
+            latencies[name].append(1000 * (time.perf_counter() - t))
+            assert status == 200 and reply["decision"] == "continue", reply
+    out: dict[str, Any] = {"short_history": short, "long_history": long, "requests_each": requests}
+    for name, ms in latencies.items():
+        ms.sort()
+        out[f"{name}_p50_ms"] = round(statistics.median(ms), 3)
+        out[f"{name}_p90_ms"] = round(ms[int(0.9 * (len(ms) - 1))], 3)
+    out["ratio_p50"] = round(out["long_p50_ms"] / out["short_p50_ms"], 2)
+    return out
+
+
+def contention(base: str, admin: str, batches: int, rate: float) -> dict[str, Any]:
+    """One tenant's 1,000-score batches to a mann-kendall job vs another tenant's single scores."""
+    big_token, (big_job,) = make_jobs(base, admin, 1, detector="mann-kendall")
+    small_token, small_jobs = make_jobs(base, admin, 4, detector=None)
+    done = threading.Event()
+    batch_s: list[float] = []
+
+    def post_batches() -> None:
+        c = Conn(base, big_token)
+        try:
+            for b in range(batches):
+                # a slow decline: Mann-Kendall's window after the best grows to its bound
+                body = {"scores": [{"step": b * 1000 + s, "value": 0.9 - 1e-5 * (b * 1000 + s)
+                                    + (0.002 if s % 3 else 0.0)} for s in range(1000)]}
+                t = time.perf_counter()
+                status, reply = c.send("POST", f"/v1/jobs/{big_job}/scores", body)
+                batch_s.append(time.perf_counter() - t)
+                assert status == 200 and reply["accepted"] == 1000, reply
+        finally:
+            done.set()
+
+    latencies: list[float] = []
+    c = Conn(base, small_token)
+    worker = threading.Thread(target=post_batches)
+    t0 = time.monotonic() + 0.05
+    worker.start()
+    i = 0
+    while not done.is_set():
+        due = t0 + i / rate
+        time.sleep(max(0.0, due - time.monotonic()))
+        step = 10**7 + i
+        body = {"step": step, "value": rising(step)}
+        status, reply = c.send("POST", f"/v1/jobs/{small_jobs[i % 4]}/scores", body)
+        assert status == 200, reply
+        latencies.append(1000 * (time.monotonic() - due))
+        i += 1
+    worker.join()
+    ms = sorted(latencies)
+    return {"batches": batches, "batch_ms_mean": round(1000 * statistics.mean(batch_s), 1),
+            "single_requests": len(ms), "rate": rate, "p50_ms": round(statistics.median(ms), 2),
+            "p99_ms": round(ms[int(0.99 * (len(ms) - 1))], 2), "max_ms": round(ms[-1], 2)}
 
 
 def _cpu_s(pid: int | None) -> float | None:
@@ -180,46 +365,94 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--paced-threads", type=int, default=8)
     p.add_argument("--synchronous", choices=["FULL", "NORMAL"], default="FULL")
     p.add_argument("--server-pid", type=int, help="with --url: the server's pid, to report its CPU time")
-    p.add_argument("--phases", default="batched,paced", help="comma-separated: batched, paced")
+    p.add_argument("--phases", help="comma-separated: batched, paced, history, contention, fair (default: "
+                   "batched,paced,history,contention; with --replicas > 1: batched,paced,fair)")
+    p.add_argument("--short-history", type=int, default=10)
+    p.add_argument("--long-history", type=int, default=5000)
+    p.add_argument("--history-requests", type=int, default=200)
+    p.add_argument("--contention-batches", type=int, default=5)
+    p.add_argument("--contention-rate", type=float, default=50.0)
+    p.add_argument("--replicas", type=int, default=1, help="servers on the same database")
+    p.add_argument("--db", choices=["sqlite", "postgresql"], default="sqlite")
+    p.add_argument("--database-url", help="with --db postgresql: this server instead of a throwaway one")
+    p.add_argument("--heavy-quota", type=float, default=500.0, help="fair phase: heavy tenant's scores/s")
+    p.add_argument("--light-rate", type=float, default=100.0, help="fair phase: light tenant's requests/s")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
+    default = "batched,paced,fair" if args.replicas > 1 else "batched,paced,history,contention"
+    phases = set((args.phases or default).split(","))
     with tempfile.TemporaryDirectory(prefix="evalstop-bench-") as tmp:
-        proc = None
-        if args.url:
-            base = args.url
-        else:
-            proc, base = start_server(Path(tmp), args.synchronous)
+        procs: list[subprocess.Popen[bytes]] = []
+        stop_pg = None
         try:
+            if args.url:
+                bases = [args.url]
+            else:
+                url = args.database_url
+                if args.db == "postgresql" and url is None:
+                    url, stop_pg = start_postgres()
+                bases = []
+                for _ in range(args.replicas):
+                    proc, base = start_server(Path(tmp), args.synchronous, url)
+                    procs.append(proc)
+                    bases.append(base)
             gc.collect()
             gc.freeze()  # no full-collection pauses in the client's own timing (the server does the same)
-            phases = set(args.phases.split(","))
-            result: dict[str, Any] = {"synchronous": args.synchronous, "cpus": os.cpu_count(),
-                                      "load_avg_before": os.getloadavg()}
+            result: dict[str, Any] = {"db": args.db, "replicas": len(bases), "synchronous": args.synchronous,
+                                      "cpus": os.cpu_count(), "load_avg_before": os.getloadavg()}
             if "batched" in phases:
-                token, jobs = make_jobs(base, args.admin_token, args.jobs)
-                result["batched"] = batched(base, token, jobs, args.clients, args.batch, args.seconds)
+                token, jobs = make_jobs(bases[0], args.admin_token, args.jobs)
+                result["batched"] = batched(bases, token, jobs, args.clients, args.batch, args.seconds)
             if "paced" in phases:
-                token, fresh = make_jobs(base, args.admin_token, args.jobs)  # histories start empty
-                pid = args.server_pid or (proc.pid if proc is not None else None)
-                result["paced"] = paced(base, token, fresh, args.rate, args.seconds, args.paced_threads, pid)
+                token, fresh = make_jobs(bases[0], args.admin_token, args.jobs)  # histories start empty
+                pid = args.server_pid or (procs[0].pid if len(procs) == 1 else None)
+                result["paced"] = paced(bases, token, fresh, args.rate, args.seconds, args.paced_threads, pid)
+            if "fair" in phases:
+                result["fair"] = fair(bases, args.admin_token, args)
+            if "history" in phases:
+                result["history"] = history_cost(bases[0], args.admin_token, args.short_history,
+                                                 args.long_history, args.history_requests)
+            if "contention" in phases:
+                result["contention"] = contention(bases[0], args.admin_token, args.contention_batches,
+                                                  args.contention_rate)
             result["load_avg_after"] = os.getloadavg()
         finally:
-            if proc is not None:
+            for proc in procs:
                 proc.terminate()
                 proc.wait(10)
+            if stop_pg is not None:
+                stop_pg()
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         if "batched" in result:
             b = result["batched"]
             print(f"batched: {b['scores_per_s']} scores/s ({b['scores']} scores in {b['seconds']} s, "
-                  f"{args.clients} clients x batches of {args.batch}, synchronous={args.synchronous})")
+                  f"{args.clients} clients x batches of {args.batch}, {args.db}, {result['replicas']} "
+                  f"replica(s))")
         if "paced" in result:
             q = result["paced"]
             print(f"paced {q['target_rate']:.0f}/s single scores: achieved {q['achieved_rate']}/s, "
                   f"decision latency p50 {q['p50_ms']} ms, p99 {q['p99_ms']} ms, max {q['max_ms']} ms")
             print(f"  CPU per request: server {q['server_cpu_ms_per_request']} ms, "
                   f"client {q['client_cpu_ms_per_request']} ms")
+        if "fair" in result:
+            f = result["fair"]
+            q = f["light"]
+            print(f"fair: heavy tenant at its quota of {f['heavy_quota_scores_per_s']:.0f} scores/s "
+                  f"(accepted {f['heavy_accepted_scores_per_s']}/s, {f['heavy_429s']} x 429); "
+                  f"light tenant {q['target_rate']:.0f}/s: p50 {q['p50_ms']} ms, p99 {q['p99_ms']} ms, "
+                  f"max {q['max_ms']} ms")
+        if "history" in result:
+            h = result["history"]
+            print(f"single score at {h['long_history']} evals vs at {h['short_history']}: p50 "
+                  f"{h['long_p50_ms']} vs {h['short_p50_ms']} ms (ratio {h['ratio_p50']}), p90 "
+                  f"{h['long_p90_ms']} vs {h['short_p90_ms']} ms")
+        if "contention" in result:
+            k = result["contention"]
+            print(f"while another tenant posts {k['batches']} x 1,000 scores to a mann-kendall job "
+                  f"({k['batch_ms_mean']} ms per batch): single scores at {k['rate']:.0f}/s p50 "
+                  f"{k['p50_ms']} ms, p99 {k['p99_ms']} ms, max {k['max_ms']} ms")
         print(f"load average before/after: {result['load_avg_before']} / {result['load_avg_after']}")
     return 0
 

@@ -3,6 +3,7 @@ catches detectors that break it."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -12,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evalstop.detectors import REGISTRY, Decision, Detector, Eval, KDeclines, Verdict, parse_spec
-from evalstop.detectors._base import BestTracker, is_valid
+from evalstop.detectors import REGISTRY, Decision, Detector, Eval, KDeclines, Monitor, Verdict, parse_spec
+from evalstop.detectors._base import State, is_valid, offer
 from evalstop.testing import (
     FIXED_HISTORIES,
     ContractError,
@@ -21,7 +22,9 @@ from evalstop.testing import (
     check_corruption,
     check_detector,
     check_frozen,
+    check_incremental,
     check_prefixes,
+    check_state_bounded,
 )
 
 NAN, INF = math.nan, math.inf
@@ -73,6 +76,37 @@ def test_detector_passes_contract_on_generated_histories(spec: str, evals: list[
     check_detector(parse_spec(spec), [evals, tuple(evals)])
 
 
+@pytest.mark.parametrize("spec", [*SPECS, "mann-kendall:max_window=6", "cusum:min_delta=0"])
+def test_state_stays_bounded_on_a_long_noisy_curve(spec: str) -> None:
+    check_state_bounded(parse_spec(spec))
+
+
+@pytest.mark.parametrize("spec", SPECS)
+@settings(max_examples=40, deadline=None)
+@given(evals=histories(max_size=40), data=st.data())
+def test_monitor_round_trip_mid_stream_and_nan_tail_never_fires(
+    spec: str, evals: list[Eval], data: st.DataObject
+) -> None:
+    """A Monitor saved as JSON at a random eval decides as one that never stopped; a run of
+    NaN scores after any prefix never fires it."""
+    detector = parse_spec(spec)
+    cut = data.draw(st.integers(0, len(evals)))
+    whole = Monitor(detector)
+    whole.observe_many(evals)
+    resumed = Monitor(detector)
+    resumed.observe_many(evals[:cut])
+    resumed = Monitor.from_json(json.dumps(resumed.to_json(), allow_nan=False))
+    resumed.observe_many(evals[cut:])
+    assert resumed.verdict == whole.verdict == detector.evaluate(evals)
+    nan_tail = Monitor(detector)
+    nan_tail.observe_many(evals[:cut])
+    was_fired = nan_tail.fired
+    last = evals[cut - 1].step if cut else 0
+    for j in range(1, 6):
+        nan_tail.observe(Eval(last + j, data.draw(bad_floats), progress=None, loss=None))
+        assert nan_tail.fired == was_fired and not nan_tail.fired_now
+
+
 @pytest.mark.parametrize("name", sorted(REGISTRY))
 def test_every_registered_detector_is_default_constructible_and_frozen(name: str) -> None:
     check_frozen(REGISTRY[name]())
@@ -94,14 +128,12 @@ class FiresOnNaN(Detector):
 
     name = "fires-on-nan"
 
-    def evaluate(self, evals: Sequence[Eval]) -> Verdict:
-        best = BestTracker("max")
-        for i, ev in enumerate(evals):
-            if not is_valid(ev.score):
-                best.n_invalid += 1
-                return best.verdict(Decision.STOP, "nan", (i, ev.step))
-            best.offer(i, ev)
-        return best.verdict(Decision.CONTINUE, "")
+    def step(self, state: State, index: int, ev: Eval) -> str | None:
+        if not is_valid(ev.score):
+            state["n_invalid"] += 1
+            return "nan"
+        offer(state, 1.0, index, ev)
+        return None
 
 
 @dataclass(frozen=True)
@@ -111,10 +143,12 @@ class LooksAtTheEnd(Detector):
     name = "looks-at-the-end"
 
     def evaluate(self, evals: Sequence[Eval]) -> Verdict:
-        best = BestTracker("max")
         if len(evals) >= 3:
-            return best.verdict(Decision.STOP, "long", (0, evals[0].step))
-        return best.verdict(Decision.CONTINUE, "")
+            return Verdict(Decision.STOP, "long", 0, evals[0].step)
+        return Verdict(Decision.CONTINUE, "")
+
+    def step(self, state: State, index: int, ev: Eval) -> str | None:
+        return None
 
 
 @dataclass(frozen=True)
@@ -136,8 +170,8 @@ class WrongBest(KDeclines):
 class Mutable(Detector):
     name = "evalstop"
 
-    def evaluate(self, evals: Sequence[Eval]) -> Verdict:
-        return KDeclines().evaluate(evals)
+    def step(self, state: State, index: int, ev: Eval) -> str | None:
+        return KDeclines().step(state, index, ev)
 
 
 HISTORY = [Eval(10, 0.5), Eval(20, 0.6), Eval(30, NAN), Eval(40, 0.4)]
@@ -161,3 +195,41 @@ def test_contract_catches_a_wrong_best_checkpoint() -> None:
 def test_contract_catches_a_mutable_detector() -> None:
     with pytest.raises(ContractError, match="must be a dataclass"):
         check_frozen(Mutable())
+
+
+@dataclass(frozen=True)
+class Hoarder(KDeclines):
+    """Broken: keeps every score in its state."""
+
+    def rule_state(self) -> State:
+        return {**super().rule_state(), "all": []}
+
+    def step(self, state: State, index: int, ev: Eval) -> str | None:
+        state["all"].append(ev.score)
+        return super().step(state, index, ev)
+
+
+def test_contract_catches_a_state_that_grows_with_the_history() -> None:
+    with pytest.raises(ContractError, match="state_window=0"):
+        check_state_bounded(Hoarder(k=10**6), n=50)
+
+
+def test_contract_catches_a_state_that_is_not_json() -> None:
+    @dataclass(frozen=True)
+    class Tupled(KDeclines):
+        def rule_state(self) -> State:
+            return {**super().rule_state(), "bad": math.nan}
+
+    with pytest.raises(ContractError, match="not JSON without NaN"):
+        check_incremental(Tupled(), HISTORY)
+
+
+def test_contract_catches_update_that_mutates_its_input() -> None:
+    @dataclass(frozen=True)
+    class InPlace(KDeclines):
+        def update(self, state: State, ev: Eval) -> tuple[State, Verdict]:
+            self.advance(state, ev)
+            return state, self.verdict(state)
+
+    with pytest.raises(ContractError, match="update changed the state"):
+        check_incremental(InPlace(), HISTORY)

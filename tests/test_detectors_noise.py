@@ -22,8 +22,8 @@ from evalstop.detectors import (
     Patience,
     parse_spec,
 )
-from evalstop.detectors._mann_kendall import mann_kendall_z
-from evalstop.detectors._noise import curve_sigma
+from evalstop.detectors._mann_kendall import _mk_push, _mk_z, mann_kendall_z
+from evalstop.detectors._noise import SIGMA_WINDOW, curve_sigma, online_sigma, push_value, sigma_state
 
 NAN = math.nan
 
@@ -131,6 +131,45 @@ def test_mann_kendall_z_matches_the_closed_form() -> None:
     assert mann_kendall_z([1, 1, 1]) == 0.0
 
 
+def test_mann_kendall_window_statistic_matches_the_batch_formula_as_values_enter_and_leave() -> None:
+    rng = np.random.default_rng(np.random.SeedSequence(13))
+    values = [float(v) for v in rng.integers(0, 6, size=60)]  # many ties
+    state = {"window": [], "window_sorted": [], "mk_s": 0, "mk_ties": 0}
+    for i, v in enumerate(values):
+        _mk_push(state, v, max_window=9)
+        window = values[max(0, i - 8) : i + 1]
+        assert state["window"] == window
+        assert _mk_z(state["mk_s"], len(window), state["mk_ties"]) == mann_kendall_z(window)
+
+
+def test_mann_kendall_looks_at_the_last_max_window_evals_after_the_best() -> None:
+    # after the best, a long climb that stays below it, then a decline: the window forgets the climb
+    scores = [1.0] + [0.1 + 0.01 * i for i in range(40)] + [0.49 - 0.01 * i for i in range(1, 8)]
+    assert stop_index(MannKendall(max_window=8), scores) == 45
+    assert stop_index(MannKendall(max_window=64), scores) is None
+
+
+def test_online_sigma_equals_curve_sigma_within_the_window_and_forgets_beyond_it() -> None:
+    rng = np.random.default_rng(np.random.SeedSequence(17))
+    values = [float(v) for v in np.linspace(0, 1, 200) + rng.normal(0.0, 0.02, 200)]
+    state = sigma_state()
+    for i, v in enumerate(values):
+        push_value(state, v)
+        first = max(0, i + 1 - (SIGMA_WINDOW + 2))
+        expected = curve_sigma(values[first : i + 1])
+        assert online_sigma(state) == (None if expected is None else pytest.approx(expected, rel=1e-12))
+        assert len(state["sigma_diffs"]) <= SIGMA_WINDOW
+
+
+def test_cusum_floor_ignores_a_dip_at_a_ceiling() -> None:
+    """A metric that sits exactly at a ceiling has an online sigma of 0: without the floor a
+    1e-5 dip is millions of sigmas."""
+    scores = [0.8] * 8 + [0.79999]
+    assert stop_index(Cusum(), scores) is None
+    assert stop_index(Cusum(min_delta=0.0), scores) == 8
+    assert stop_index(Cusum(), [0.8] * 8 + [0.79, 0.78]) == 8  # a real drop still counts
+
+
 # ---- paired tests on per-item scores --------------------------------------------------------------
 
 
@@ -163,7 +202,7 @@ def test_paired_does_not_fire_on_a_plateau_of_prompts() -> None:
 def test_paired_falls_back_when_the_prompt_sets_differ() -> None:
     a = ItemEval(1, 0.6, items=(0.5, 0.7))
     b = ItemEval(2, 0.3, items=(0.2, 0.3, 0.4))
-    verdict = Paired(k=1, n_warmup_evals=0).worse(a, b, [0.6, 0.3])
+    verdict = Paired(k=1, n_warmup_evals=0).worse(a.score, a.items, b, 0.0)
     assert verdict == (True, "unpaired, online sigma")
 
 

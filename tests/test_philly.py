@@ -13,11 +13,9 @@ from evalstop.workloads import PRESETS
 from evalstop.workloads.philly import TraceSpec, default_trace_path, generate_from_trace, load_trace
 
 TRACE = default_trace_path()
-needs_trace = pytest.mark.skipif(TRACE is None, reason="no ../shared/data/philly/philly.csv beside the repo")
 CONFIG = PRESETS["paper"].with_(n_jobs=400)
 
 
-@needs_trace
 def test_trace_loads_sorted_with_a_stable_digest() -> None:
     trace = load_trace(str(TRACE))
     assert trace.submit_s.size == trace.gpus.size > 80_000
@@ -25,7 +23,6 @@ def test_trace_loads_sorted_with_a_stable_digest() -> None:
     assert len(trace.digest) == 16 and load_trace(str(TRACE)).digest == trace.digest
 
 
-@needs_trace
 def test_window_is_filtered_and_kinds_follow_gpu_hours() -> None:
     spec = TraceSpec()
     w = generate_from_trace(CONFIG, spec, seed=1)
@@ -41,7 +38,6 @@ def test_window_is_filtered_and_kinds_follow_gpu_hours() -> None:
     assert not any(t.hacking for j, t in zip(w.jobs, w.truth, strict=True) if j.kind != "rlhf")
 
 
-@needs_trace
 def test_arrivals_keep_order_and_hit_the_offered_load() -> None:
     w = generate_from_trace(CONFIG, TraceSpec(), seed=2)
     arrivals = np.array([j.arrival_s for j in w.jobs])
@@ -50,7 +46,6 @@ def test_arrivals_keep_order_and_hit_the_offered_load() -> None:
     assert work / (CONFIG.total_gpus * arrivals[-1]) == pytest.approx(CONFIG.offered_load)
 
 
-@needs_trace
 def test_seeds_pick_different_windows_deterministically() -> None:
     a, again, b = (generate_from_trace(CONFIG, TraceSpec(), s) for s in (5, 5, 6))
     assert a == again

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("ray", reason="the Ray path needs the ray extra: pip install 'evalstop[ray]'")
+pytest.importorskip("ray", reason="the Ray path needs the ray extra: pip install -e '.[ray]'")
 
 pytestmark = pytest.mark.slow
 RAY = Path(sys.executable).with_name("ray")

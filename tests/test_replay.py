@@ -134,9 +134,16 @@ def test_interleaved_jobs_check_steps_per_job() -> None:
     data = rows(
         {"job_id": "a", "step": "20", "score": "1"},
         {"job_id": "b", "step": "10", "score": "1"},
-        {"job_id": "a", "step": "20", "score": "1"},
+        {"job_id": "a", "step": "30", "score": "1"},
     )
     assert [r["job_id"] for r in replay_rows(data, KDeclines())] == ["a", "b"]
+    duplicate = rows(
+        {"job_id": "a", "step": "20", "score": "1"},
+        {"job_id": "b", "step": "20", "score": "1"},
+        {"job_id": "a", "step": "20", "score": "1"},
+    )
+    with pytest.raises(CurvesError, match=r"line 4, job 'a': step 20 appears twice .*first on line 2"):
+        replay_rows(duplicate, KDeclines())
 
 
 # ---- run() through argparse -----------------------------------------------------------------------

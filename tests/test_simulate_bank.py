@@ -126,5 +126,5 @@ def test_bad_bank_files_are_config_errors_naming_the_path(banks: Path, tmp_path:
 
 
 def test_bank_must_be_a_path_string() -> None:
-    with pytest.raises(ConfigError, match=r"workload\.bank must be a directory path"):
+    with pytest.raises(ConfigError, match=r"\[workload\]: 'bank' must be a string"):
         load_config({"policy": [{"base": "srtf"}], "workload": {"bank": 3}})

@@ -1,5 +1,5 @@
 """``evalstop validate``: metrics on labelled cases, leave-families-out parameter choice, and the
-harness end to end on a small bank (plus the real supervised curves when they are present)."""
+harness end to end on a small bank (plus the real supervised curves shipped with the package)."""
 
 from __future__ import annotations
 
@@ -16,10 +16,7 @@ from evalstop.detectors import Eval
 from evalstop.experiments.holdout import Case, Outcome, cross_validate, expand_grid, family_folds, metrics
 from evalstop.experiments.validate import supervised_cases, validate
 from evalstop.workloads.bank import build_bank
-from evalstop.workloads.supervised import LOWER_IS_BETTER, default_root, load_supervised
-
-REPO = Path(__file__).resolve().parents[1]
-DATA = default_root(REPO)
+from evalstop.workloads.supervised import LOWER_IS_BETTER, load_supervised
 
 
 def case(family: str, label: str, quality: list[float], peak: int | None = None) -> Case:
@@ -99,7 +96,7 @@ def test_validate_command_prints_the_tables(tmp_path: Path) -> None:
     out = io.StringIO()
     with redirect_stdout(out):
         code = cli.main(["validate", "--bank", str(tmp_path), "--rule", "patience", "--detector", "never",
-                         "--supervised", "none", "--folds", "2"])
+                         "--supervised", "none", "--folds", "2", "--cadences", "none", "--trl-bank", "none"])
     assert code == 0
     text = out.getvalue()
     assert "| patience | `patience:" in text and "| never | `never` |" in text
@@ -107,9 +104,7 @@ def test_validate_command_prints_the_tables(tmp_path: Path) -> None:
 
 
 def test_supervised_curves_load_with_the_right_direction() -> None:
-    if not DATA.is_dir():
-        pytest.skip(f"real supervised curves not found at {DATA} (../shared/data beside the repository)")
-    curves = load_supervised(DATA)
+    curves = load_supervised()
     models = {c.model for c in curves}
     assert {"cifar10", "deepspeech2", "imagenet", "ncf", "yolov3"} <= models
     assert "bert" not in models  # only 2 rows per file
@@ -118,7 +113,7 @@ def test_supervised_curves_load_with_the_right_direction() -> None:
         assert last > first, curve.job_id  # every job improved; lower-is-better metrics are flipped
         assert curve.evals[-1].progress == 1.0
     assert {"deepspeech2", "yolov3"} == LOWER_IS_BETTER
-    cases = supervised_cases(DATA)
+    cases = supervised_cases()
     assert all(c.label == "healthy" for c in cases)
 
 

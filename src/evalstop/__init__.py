@@ -1,7 +1,15 @@
 """evalstop: stop reward-hacked fine-tuning jobs, free their GPUs, keep their best checkpoint."""
 
-from .detectors import Decision, Detector, Eval, KDeclines, NeverStop, Verdict
+from importlib.metadata import PackageNotFoundError, version
 
-__version__ = "0.1.0"
+from .detectors import DEFAULT_SPEC, Decision, Detector, Eval, KDeclines, Monitor, NeverStop, Verdict
 
-__all__ = ["Decision", "Detector", "Eval", "KDeclines", "NeverStop", "Verdict", "__version__"]
+try:  # the version is written once, in pyproject.toml
+    __version__ = version("evalstop")
+except PackageNotFoundError:  # run from a source tree that was never installed
+    __version__ = "0+unknown"
+
+__all__ = [
+    "DEFAULT_SPEC", "Decision", "Detector", "Eval", "KDeclines", "Monitor", "NeverStop", "Verdict",
+    "__version__",
+]

@@ -8,6 +8,14 @@ interleave). An empty cell is a missing value: a missing score is read as NaN (t
 skips it), a missing progress or loss as None, missing items as none. ``nan``/``inf`` are
 allowed wherever a number is. Output CSV: ``job_id,stopped,stop_step,best_step,best_score``,
 one row per job in order of first appearance.
+
+Refused, with the line and job named: a row with fewer or more fields than the header (a
+truncated file), a step seen twice for one job (the service answers 409 to the same), a step
+that goes backwards, and a rule that needs a column the file lacks (``fixed-progress`` needs
+``progress``; ``loss-plateau`` and ``slaq`` need ``loss``). A UTF-8 byte-order mark is skipped.
+
+Each job's rows are folded into its own ``Monitor`` as they are read, so memory grows with the
+number of jobs, not of rows, and every row costs O(1).
 """
 
 from __future__ import annotations
@@ -16,14 +24,16 @@ import argparse
 import csv
 import math
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TextIO
 
-from .detectors import DEFAULT_SPEC, REGISTRY, Detector, Eval, ItemEval, parse_spec
+from .detectors import DEFAULT_SPEC, REGISTRY, Detector, Eval, ItemEval, Monitor, parse_spec
 
 REQUIRED_COLUMNS = ("job_id", "step", "score")
 OUTPUT_COLUMNS = ("job_id", "stopped", "stop_step", "best_step", "best_score")
 PROGRESS_MIN_JOBS = 500
+#: rule name -> the optional column it cannot work without.
+NEEDED_COLUMN = {"fixed-progress": "progress", "loss-plateau": "loss", "slaq": "loss"}
 
 Row = Mapping[str, str | None]
 
@@ -47,7 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(run=run)
 
 
-def check_columns(columns: Iterable[str] | None) -> None:
+def check_columns(columns: Iterable[str] | None, detector: Detector | None = None) -> None:
+    """The header has the required columns, and the one ``detector``'s rule needs, if any."""
     present = set(columns or ())
     missing = [c for c in REQUIRED_COLUMNS if c not in present]
     if missing:
@@ -55,17 +66,23 @@ def check_columns(columns: Iterable[str] | None) -> None:
             f"curves file is missing required column(s) {', '.join(missing)}; "
             f"columns found: {', '.join(sorted(present)) or 'none'}"
         )
+    rule = getattr(type(detector), "name", None)
+    needed = NEEDED_COLUMN.get(rule or "")
+    if needed is not None and needed not in present:
+        raise CurvesError(
+            f"the {rule!r} rule needs a {needed!r} column, which the file lacks (columns found: "
+            f"{', '.join(sorted(present))}); add it, or choose another rule with --detector"
+        )
 
 
-def read_curves(rows: Iterable[Row]) -> dict[str, list[Eval]]:
-    """Group and validate rows into per-job eval histories (first-appearance order).
-
-    Errors name the line (the header is line 1) and the job.
-    """
-    jobs: dict[str, list[Eval]] = {}
+def read_evals(rows: Iterable[Row]) -> Iterator[tuple[str, Eval]]:
+    """Validate rows into (job, eval) pairs, in file order. Errors name the line (the header is
+    line 1) and the job; a job's steps must strictly increase."""
+    last: dict[str, tuple[int, int]] = {}  # job -> (step, line)
     for line, row in enumerate(rows, start=2):
         if line == 2:
-            check_columns(row.keys())
+            check_columns(k for k in row if k is not None)
+        _check_width(row, line)
         job = (row.get("job_id") or "").strip()
         if not job:
             raise CurvesError(f"line {line}: empty job_id")
@@ -80,11 +97,32 @@ def read_curves(rows: Iterable[Row]) -> dict[str, list[Eval]]:
         items = _parse_items(row.get("items"), where)
         if items:
             ev = ItemEval(ev.step, ev.score, ev.progress, ev.loss, items=items)
-        history = jobs.setdefault(job, [])
-        if history and ev.step < history[-1].step:
-            raise CurvesError(f"{where}: step {ev.step} goes backwards (previous step {history[-1].step})")
-        history.append(ev)
+        previous = last.get(job)
+        if previous is not None and ev.step == previous[0]:
+            raise CurvesError(f"{where}: step {ev.step} appears twice for this job (first on line "
+                              f"{previous[1]}); keep one row per (job_id, step)")
+        if previous is not None and ev.step < previous[0]:
+            raise CurvesError(f"{where}: step {ev.step} goes backwards (previous step {previous[0]})")
+        last[job] = (ev.step, line)
+        yield job, ev
+
+
+def read_curves(rows: Iterable[Row]) -> dict[str, list[Eval]]:
+    """Group and validate rows into per-job eval histories (first-appearance order)."""
+    jobs: dict[str, list[Eval]] = {}
+    for job, ev in read_evals(rows):
+        jobs.setdefault(job, []).append(ev)
     return jobs
+
+
+def _check_width(row: Row, line: int) -> None:
+    """csv.DictReader fills missing fields with None and puts extra ones under the key None."""
+    if None in row:
+        raise CurvesError(f"line {line}: more fields than the header has columns")
+    short = [k for k, v in row.items() if v is None]
+    if short:
+        raise CurvesError(f"line {line}: the row ends early (no value for {', '.join(short)}); "
+                          "is the file truncated? Leave a cell empty for a missing value")
 
 
 def replay_rows(
@@ -97,10 +135,15 @@ def replay_rows(
     Each dict has the keys of ``OUTPUT_COLUMNS``: ``stopped`` is a bool, the others an int,
     float or None. ``on_job(done, total)`` is called after each job (for progress display).
     """
-    jobs = read_curves(rows)
+    monitors: dict[str, Monitor] = {}
+    for job, ev in read_evals(rows):
+        monitor = monitors.get(job)
+        if monitor is None:
+            monitor = monitors[job] = Monitor(detector)
+        monitor.observe(ev)
     results = []
-    for done, (job, evals) in enumerate(jobs.items(), start=1):
-        verdict = detector.evaluate(evals)
+    for done, (job, monitor) in enumerate(monitors.items(), start=1):
+        verdict = monitor.verdict
         results.append(
             {
                 "job_id": job,
@@ -111,7 +154,7 @@ def replay_rows(
             }
         )
         if on_job is not None:
-            on_job(done, len(jobs))
+            on_job(done, len(monitors))
     return results
 
 
@@ -129,9 +172,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"evalstop replay: error: {exc}", file=sys.stderr)
         return 2
     try:
-        with open(args.curves, newline="", encoding="utf-8") as f:
+        with open(args.curves, newline="", encoding="utf-8-sig") as f:
             reader = csv.DictReader(f)
-            check_columns(reader.fieldnames)
+            check_columns(reader.fieldnames, detector)
             results = replay_rows(reader, detector, on_job=_progress_reporter(sys.stderr))
     except (OSError, CurvesError) as exc:
         print(f"evalstop replay: error: {args.curves}: {exc}", file=sys.stderr)

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("ray", reason="needs the ray extra: pip install 'evalstop[ray]'")
+pytest.importorskip("ray", reason="needs the ray extra: pip install -e '.[ray]'")
 
 from ray_head import RayHead, start_head, stop_head
 
-from evalstop.service.adapters import AdapterError, JobRef, get_adapter
+from evalstop.service.adapters import AdapterError, JobRef, NotOwned, get_adapter
 from evalstop.service.adapters._common import PIN_MARKER
 from evalstop.testing.adapter_contract import check_stop_sequence, check_unknown_job, wait_stopped
 
@@ -60,10 +60,10 @@ def client(head: RayHead) -> Any:
         os.environ.update(saved)
 
 
-def submit(client: Any, tmp_path: Path, mode: str) -> str:
+def submit(client: Any, tmp_path: Path, mode: str, **kwargs: Any) -> str:
     script = tmp_path / "trainer.py"
     script.write_text(TRAINER)
-    sid: str = client.submit_job(entrypoint=f"{sys.executable} {script} {tmp_path} {mode}")
+    sid: str = client.submit_job(entrypoint=f"{sys.executable} {script} {tmp_path} {mode}", **kwargs)
     deadline = time.monotonic() + 60
     while not (tmp_path / "ready").exists():
         assert time.monotonic() < deadline, client.get_job_logs(sid)
@@ -117,3 +117,18 @@ def test_unreachable_dashboard_is_retryable() -> None:
     with pytest.raises(AdapterError, match="ConnectError") as err:
         adapter.signal(JobRef("job-5", "acme", "raysubmit_x"))
     assert err.value.retryable is True
+
+
+def test_ownership_is_checked_with_ray_metadata(head: RayHead, client: Any, tmp_path: Path) -> None:
+    """Ray reports the metadata the job was submitted with: a tenant whose scope names other
+    metadata (or another id prefix) is refused before any stop is sent."""
+    sid = submit(client, tmp_path, "graceful", metadata={"team": "alice"})
+    adapter = adapter_for(head)
+    adapter.check_owner(JobRef("j", "alice", sid, scope={"ray": {"metadata": {"team": "alice"}}}))
+    with pytest.raises(NotOwned, match="metadata"):
+        adapter.check_owner(JobRef("j", "mallory", sid, scope={"ray": {"metadata": {"team": "mallory"}}}))
+    with pytest.raises(NotOwned, match="prefixes"):
+        adapter.check_owner(JobRef("j", "mallory", sid, scope={"ray": {"job_id_prefixes": ["mallory-"]}}))
+    assert adapter.status(JobRef("j", "alice", sid)) == "RUNNING"  # untouched
+    adapter.hard_stop(JobRef("j", "alice", sid))
+    assert wait_stopped(adapter, JobRef("j", "alice", sid), timeout_s=30)

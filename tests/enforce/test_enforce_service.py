@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("fastapi", reason="needs the service extra: pip install 'evalstop[service]'")
+pytest.importorskip("fastapi", reason="needs the service extra: pip install -e '.[service]'")
 
 from enforce_http import serve
 from test_enforce_webhook import SECRET, Receiver, ReceiverHandler
@@ -37,10 +37,11 @@ def test_pulled_scores_trigger_a_pinned_webhook_stop(tmp_path: Path) -> None:
                                    adapter_settings={"webhook": {"url": url, "secret": SECRET}},
                                    backoff_base_s=0.01, backoff_max_s=0.05)
         ctx = ServiceContext.build(settings)
-        domain.create_tenant(ctx.store, "acme")
+        scope = {"webhook": {"url_prefixes": [url]}, "checkpoint_prefixes": [f"file://{tmp_path}/run"]}
+        domain.create_tenant(ctx.store, "acme", scope=scope)
         spec = domain.JobSpec(external_ref="j1", target="webhook", detector="evalstop:k=2",
                               metric="eval_accuracy", grace_period_s=0)
-        job_id = domain.register_job(ctx.store, "acme", spec, ctx.adapters.check)["id"]
+        job_id = domain.register_job(ctx.store, "acme", spec, ctx.adapters.check, webhook_url=url)["id"]
         decisions: list[str] = []
 
         def sink(key: str, records: Sequence[ScoreRecord]) -> None:

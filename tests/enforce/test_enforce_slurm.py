@@ -14,7 +14,7 @@ import pytest
 from enforce_http import JsonHandler, serve
 from slurm_cluster import SlurmCluster, missing, start_cluster
 
-from evalstop.service.adapters import AdapterError, JobRef, get_adapter
+from evalstop.service.adapters import AdapterError, JobRef, NotOwned, get_adapter
 from evalstop.service.adapters._common import PIN_MARKER
 from evalstop.service.adapters._slurm import Result, classify
 from evalstop.testing.adapter_contract import check_stop_sequence, check_unknown_job, wait_stopped
@@ -116,6 +116,33 @@ def test_queued_job_is_cancelled_by_signal(slurm: SlurmCluster, make_adapter: An
 
 
 @pytest.mark.slow
+def test_ownership_is_checked_with_slurm(slurm: SlurmCluster, make_adapter: Any, tmp_path: Path) -> None:
+    """The job runs under account 'alpha' as root in partition 'debug': a tenant scoped to
+    another account, user or partition is refused, whatever reference it registered."""
+    job_id = _submit_as(slurm, tmp_path, "alpha")
+    adapter = make_adapter()
+    allowed = [{"accounts": ["alpha"]}, {"users": ["root"], "partitions": ["debug"]},
+               {"accounts": ["x", "alpha"], "users": ["root"]}]
+    refused = [({"accounts": ["beta"]}, "account 'alpha'"), ({"users": ["nobody"]}, "user 'root'"),
+               ({"accounts": ["alpha"], "partitions": ["gpu"]}, "partition 'debug'")]
+    for scope in allowed:
+        adapter.check_owner(JobRef("j", "alice", job_id, scope={"slurm": scope}))
+    for scope, says in refused:
+        with pytest.raises(NotOwned, match=says):
+            adapter.check_owner(JobRef("j", "mallory", job_id, scope={"slurm": scope}))
+    with pytest.raises(NotOwned, match="no slurm scope"):
+        adapter.check_owner(JobRef("j", "mallory", job_id, scope={}))
+    adapter.check_owner(JobRef("j", "mallory", "999999", scope={"slurm": {"accounts": ["beta"]}}))  # gone
+    adapter.hard_stop(JobRef("j", "alice", job_id))
+
+
+def _submit_as(slurm: SlurmCluster, out: Path, account: str) -> str:
+    script = out / "own.sh"
+    script.write_text("#!/bin/bash\nsleep 600\n")
+    return slurm.sbatch(script, f"--account={account}")
+
+
+@pytest.mark.slow
 def test_unknown_job_counts_as_stopped(slurm: SlurmCluster, make_adapter: Any) -> None:
     check_unknown_job(make_adapter(), JobRef("job-3", "acme", "999999"))
 
@@ -137,6 +164,13 @@ RECORDED = [
     (Result(1, "", "Job has already finished for job 1\n"), "gone"),
     (Result(1, "", "Invalid job id specified for job 99999\n"), "gone"),
     (Result(1, "", "slurm_load_jobs error: Invalid job id specified\n"), "gone"),
+    # exit status = Slurm errno & 0xff, whatever the message says (issue 9: exit 229 was "failed")
+    (Result(229, "", ""), "gone"),  # 2021 ESLURM_ALREADY_DONE: already completing or completed
+    (Result(229, "", "slurm_update error: Job/step already completing or completed\n"), "gone"),
+    (Result(225, "", ""), "gone"),  # 2017 ESLURM_INVALID_JOB_ID
+    # recorded on the test cluster (Slurm 22.05), job in COMPLETING / COMPLETED state:
+    (Result(1, "", "scancel: error: Kill job error on job id 1: Invalid job id specified\n"), "gone"),
+    (Result(1, "", "Job has already finished for job 1\n"), "gone"),
 ]
 RECORDED_ERRORS = [
     (Result(1, "", "scancel: error: Unable to contact slurm controller (connect failure)\n"), True),
@@ -145,6 +179,7 @@ RECORDED_ERRORS = [
                    "try again later\n"), True),
     (Result(1, "", "scancel: error: Kill job error on job id 5: Access/permission denied\n"), False),
     (Result(1, "", "scontrol: error: Invalid user for SlurmUser root, ignored\n"), False),
+    (Result(228, "", ""), True),  # 2020 ESLURM_TRANSITION_STATE_NO_UPDATE
 ]
 
 
@@ -155,7 +190,7 @@ def test_recorded_replies_classify(result: Result, expected: str) -> None:
 
 @pytest.mark.parametrize(("result", "retryable"), RECORDED_ERRORS)
 def test_recorded_errors_classify(result: Result, retryable: bool) -> None:
-    with pytest.raises(AdapterError, match="slurm x: exit 1") as err:
+    with pytest.raises(AdapterError, match=f"slurm x: exit {result.returncode}") as err:
         classify("slurm x", result)
     assert err.value.retryable is retryable
 

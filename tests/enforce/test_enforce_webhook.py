@@ -9,7 +9,12 @@ import pytest
 from enforce_http import JsonHandler, serve
 
 from evalstop.service.adapters import AdapterError, JobRef, get_adapter
-from evalstop.service.adapters._webhook import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify_signature
+from evalstop.service.adapters._webhook import (
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    idempotency_key,
+    verify_signature,
+)
 from evalstop.testing.adapter_contract import check_stop_sequence, check_unknown_job
 
 SECRET = "s3cret-for-tests"
@@ -69,7 +74,9 @@ def test_stop_sequence_is_signed_ordered_and_idempotent() -> None:
     assert verbs[:2] == ["status", "pin"]  # pinned before any stop verb
     assert verbs.index("pin") < verbs.index("signal") < verbs.index("hard_stop")
     assert ("pin", "j1", "s3://ckpt/step-400") in state.log
-    assert "job-1:pin:s3://ckpt/step-400" in state.keys and "job-1:signal" in state.keys
+    pin_key = idempotency_key("job-1", "pin", "s3://ckpt/step-400")
+    assert pin_key.startswith("job-1:pin:") and pin_key.isascii() and len(pin_key) == len("job-1:pin:") + 32
+    assert pin_key in state.keys and "job-1:signal" in state.keys
 
 
 def test_unknown_job_counts_as_stopped() -> None:

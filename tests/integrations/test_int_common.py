@@ -44,7 +44,7 @@ def test_a_missing_extra_names_what_to_install(blocked: str, name: str, extra: s
         f"from evalstop.integrations import {name}"
     )
     assert proc.returncode != 0
-    assert f"pip install 'evalstop[{extra}]'" in proc.stderr.strip().splitlines()[-1]
+    assert f"pip install -e '.[{extra}]'" in proc.stderr.strip().splitlines()[-1]
 
 
 def test_resolve_detector() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-optuna = pytest.importorskip("optuna", reason="needs pip install 'evalstop[optuna]'")
+optuna = pytest.importorskip("optuna", reason="needs pip install -e '.[optuna]'")
 
 from evalstop.detectors import Eval, KDeclines  # noqa: E402
 from evalstop.integrations import EvalStopPruner  # noqa: E402

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-ray = pytest.importorskip("ray", reason="needs pip install 'evalstop[tune]'")
-tune = pytest.importorskip("ray.tune", reason="needs pip install 'evalstop[tune]'")
+ray = pytest.importorskip("ray", reason="needs pip install -e '.[tune]'")
+tune = pytest.importorskip("ray.tune", reason="needs pip install -e '.[tune]'")
 
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler  # noqa: E402
 

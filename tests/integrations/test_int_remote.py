@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("fastapi", reason="needs pip install 'evalstop[service]'")
-uvicorn = pytest.importorskip("uvicorn", reason="needs pip install 'evalstop[service]'")
-httpx = pytest.importorskip("httpx", reason="needs pip install 'evalstop[service]'")
+pytest.importorskip("fastapi", reason="needs pip install -e '.[service]'")
+uvicorn = pytest.importorskip("uvicorn", reason="needs pip install -e '.[service]'")
+httpx = pytest.importorskip("httpx", reason="needs pip install -e '.[service]'")
 service_app = pytest.importorskip("evalstop.service.app", reason="the EvalStop service is not in this tree")
 
 from evalstop.detectors import Eval, KDeclines  # noqa: E402
@@ -115,7 +115,7 @@ def test_remote_job_validation() -> None:
 
 
 def test_hf_trainer_obeys_the_service(service: Service, tmp_path: Path) -> None:
-    pytest.importorskip("transformers", reason="needs pip install 'evalstop[hf]'")
+    pytest.importorskip("transformers", reason="needs pip install -e '.[hf]'")
     from test_int_hf import RISE_THEN_FALL, make_trainer
 
     from evalstop.integrations import EvalStopCallback

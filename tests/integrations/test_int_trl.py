@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("trl", reason="needs pip install 'evalstop[hf]'")
+pytest.importorskip("trl", reason="needs pip install -e '.[hf]'")
 
 from evalstop.detectors import Eval, parse_spec
 

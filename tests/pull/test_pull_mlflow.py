@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("mlflow", reason="needs the pull extra: pip install 'evalstop[pull]'")
+pytest.importorskip("mlflow", reason="needs the pull extra: pip install -e '.[pull]'")
 
 from pull_sinks import RecordingSink
 

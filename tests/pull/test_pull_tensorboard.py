@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("tensorboard", reason="needs the pull extra: pip install 'evalstop[pull]'")
+pytest.importorskip("tensorboard", reason="needs the pull extra: pip install -e '.[pull]'")
 
 from pull_sinks import RecordingSink
 from tensorboard.compat.proto import event_pb2, summary_pb2

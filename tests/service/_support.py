@@ -37,6 +37,7 @@ class Api:
     def __init__(self, client: TestClient) -> None:
         self.client = client
         self.ctx = client.app.state.ctx  # type: ignore[attr-defined]
+        self._refs = 0
 
     def as_(self, token: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {token}"}
@@ -47,7 +48,9 @@ class Api:
         return str(r.json()["token"])
 
     def job(self, token: str, **body: Any) -> dict[str, Any]:
-        payload = {"external_ref": "ext-1", "target": "recording", "detector": "evalstop:k=2", **body}
+        self._refs += 1  # a fresh reference per job (one live job per reference): ext-1, ext-2, ...
+        payload = {"external_ref": f"ext-{self._refs}", "target": "recording", "detector": "evalstop:k=2",
+                   **body}
         r = self.client.post("/v1/jobs", json=payload, headers=self.as_(token))
         assert r.status_code == 201, r.text
         return dict(r.json())

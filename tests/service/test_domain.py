@@ -193,9 +193,27 @@ def test_a_leased_row_is_not_run_by_a_second_worker(store_factory: StoreFactory)
     domain.ingest_scores(store, job_id, "acme", DECLINING)
     first, _ = make_worker(store)
     second, adapter = make_worker(store)
-    (row_id,) = first._due(10)
-    assert first._claim(row_id) and not second._claim(row_id)
+    assert first._claim() is not None and second._claim() is None
     assert second.run_once() == 0 and adapter.calls == []
+
+
+def test_a_worker_whose_lease_was_taken_over_writes_nothing(store_factory: StoreFactory) -> None:
+    """Fencing: the first worker's lease expires mid-stop, a second claims the row (epoch + 1);
+    every later write of the first is refused, so it cannot move the row back or fail it."""
+    store = store_factory()
+    store.clock = clock = Clock()
+    job_id = new_job(store, grace_period_s=0)
+    domain.ingest_scores(store, job_id, "acme", DECLINING)
+    first, _ = make_worker(store)
+    second, _ = make_worker(store)
+    row_id, epoch = first._claim()  # type: ignore[misc]
+    clock.now += first.lease_s + 1
+    assert second._claim() == (row_id, epoch + 1)
+    first._advance(row_id, epoch)  # runs its adapter calls, but its writes are fenced off
+    delivery = domain.get_job(store, job_id, None)["deliveries"][0]
+    assert (delivery["phase"], delivery["attempts"]) == ("pin", 0)
+    second._advance(row_id, epoch + 1)
+    assert domain.get_job(store, job_id, None)["state"] == "stopped"
 
 
 def test_an_adapter_bug_is_counted_and_retried_not_fatal(store_factory: StoreFactory) -> None:

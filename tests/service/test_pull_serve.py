@@ -142,7 +142,7 @@ GOOD = '[[poller]]\njob_id = "j"\nkind = "trainer_state"\npath = "x"\nmetric = "
 @pytest.mark.parametrize(("body", "named"), [
     ("interval = 5\n" + GOOD, "'interval'"),
     ('cursor_dir = 1\n' + GOOD, "cursor_dir"),
-    ("poller = [1]", "poller[0]"),
+    ("poller = [1]", "[[poller]] #1"),
     ('[[poller]]\njob_id = "j"\nkind = "wandb"\npath = "x"\nmetric = "m"', "'kind'"),
     ('[[poller]]\njob_id = "j"\nkind = "trainer_state"\npath = "x"', "'metric'"),
     ('[[poller]]\njob_id = "j"\nkind = "trainer_state"\npath = "x"\nmetric = "m"\ncolour = 1', "'colour'"),

@@ -1,4 +1,5 @@
-"""Stopping rules. Each is a frozen dataclass of parameters with one ``evaluate`` method."""
+"""Stopping rules. Each is a frozen dataclass of parameters with an incremental decision
+(``start``/``update``, folded by ``evaluate``); ``Monitor`` holds one job's state."""
 
 from ._base import Decision, Detector, Eval, Verdict
 from ._cusum import Cusum
@@ -6,6 +7,7 @@ from ._fixed_progress import FixedProgress
 from ._kdeclines import KDeclines
 from ._loss_plateau import LossPlateau
 from ._mann_kendall import MannKendall
+from ._monitor import Monitor
 from ._never import NeverStop
 from ._noise import ItemEval
 from ._noise_aware import NoiseAware
@@ -26,6 +28,7 @@ __all__ = [
     "KDeclines",
     "LossPlateau",
     "MannKendall",
+    "Monitor",
     "NeverStop",
     "NoiseAware",
     "Paired",

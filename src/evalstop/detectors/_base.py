@@ -1,8 +1,18 @@
-"""The detector contract: frozen parameters plus one decision method.
+"""The detector contract: frozen parameters plus an incremental decision.
 
-A detector never holds per-job state. It is handed the job's eval history so far and answers
-with a Verdict: whether the rule has fired, at which eval, why, and which eval was best. The
-same object therefore runs unchanged in the simulator, the replay tool and the service.
+A detector never holds per-job state. The state lives with the caller: ``start()`` makes a
+fresh one and ``update(state, ev)`` folds in the next eval, returning a new state and the
+Verdict so far (whether the rule has fired, at which eval, why, and which eval was best). The
+state is a small dict of JSON values (str keys; int, float, str, None and lists of them; never
+NaN or inf), so a service can persist it and a training callback can save it in a checkpoint;
+its size is bounded by the rule's ``state_window``, whatever the length of the history.
+``evaluate(evals)`` is the fold of ``update`` over a whole history. The same object therefore
+runs unchanged in the simulator, the replay tool, the service and the callbacks.
+
+A rule implements ``step`` (fold one eval into a state it may change in place and return a stop
+reason when it fires there) plus ``rule_state`` (its own initial keys) and ``running_reason``
+(the reason of a CONTINUE verdict). Once a rule has fired its state is final: later evals
+change nothing, so the verdict keeps naming the first eval at which it fired.
 """
 
 from __future__ import annotations
@@ -12,6 +22,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
+
+#: A rule's per-job state: JSON values only (see the module docstring).
+State = dict[str, Any]
 
 
 class Decision(StrEnum):
@@ -60,53 +74,105 @@ def is_valid(score: float | None) -> bool:
     return score is not None and math.isfinite(score)
 
 
+def copy_state(state: State) -> State:
+    """A copy of ``state`` that shares nothing mutable with it (its lists are copied)."""
+    return {key: value.copy() if type(value) is list else value for key, value in state.items()}
+
+
 class Detector(ABC):
     """A stopping rule. Subclasses are frozen dataclasses of parameters."""
 
     #: Name used in detector specs (``evalstop:k=3``).
     name: str = ""
 
-    @abstractmethod
-    def evaluate(self, evals: Sequence[Eval]) -> Verdict:
-        """Scan ``evals`` (in step order) and return the verdict at the first eval where the
-        rule fires, or a CONTINUE verdict over the whole history.
+    @property
+    def state_window(self) -> int:
+        """The most per-eval values the state ever holds (0: a fixed set of scalars only)."""
+        return 0
 
-        Only the prefix up to the returned ``stop_index`` influenced the decision, so calling
-        this on every prefix and on the full history agree. A non-finite score never makes a
-        rule fire by itself.
-        """
+    # -- the incremental protocol ----------------------------------------------------------
+    def start(self) -> State:
+        """The state before the first eval."""
+        state: State = {
+            "n": 0, "n_invalid": 0, "best_index": None, "best_step": None, "best_score": None,
+            "stop": None,
+        }
+        state.update(self.rule_state())
+        return state
 
+    def update(self, state: State, ev: Eval) -> tuple[State, Verdict]:
+        """Fold ``ev`` (the next eval, in step order) into a copy of ``state``; return the new
+        state and the verdict over every eval folded so far. ``state`` itself is not changed."""
+        new = copy_state(state)
+        self.advance(new, ev)
+        return new, self.verdict(new)
 
-class BestTracker:
-    """Running best of the valid scores seen so far (a helper for ``evaluate`` loops)."""
-
-    __slots__ = ("index", "n_invalid", "score", "sign", "step")
-
-    def __init__(self, mode: str) -> None:
-        self.sign = 1.0 if mode == "max" else -1.0
-        self.index: int | None = None
-        self.step: int | None = None
-        self.score: float | None = None
-        self.n_invalid = 0
-
-    def better(self, score: float, than: float, min_delta: float = 0.0) -> bool:
-        return self.sign * (score - than) > min_delta
-
-    def offer(self, i: int, ev: Eval) -> bool:
-        """Record ``ev``; return True if it is the new best (strictly better)."""
-        if self.score is None or self.better(ev.score, self.score):
-            self.index, self.step, self.score = i, ev.step, ev.score
+    def advance(self, state: State, ev: Eval) -> bool:
+        """``update`` in place, for callers that own ``state`` (``evaluate``, ``Monitor``).
+        Returns whether the rule has fired (at ``ev`` or before it)."""
+        if state["stop"] is not None:
             return True
-        return False
+        index = state["n"]
+        state["n"] = index + 1
+        reason = self.step(state, index, ev)
+        if reason is None:
+            return False
+        state["stop"] = [index, ev.step, reason]
+        return True
 
-    def verdict(self, decision: Decision, reason: str, stop_at: tuple[int, int] | None = None) -> Verdict:
+    def verdict(self, state: State) -> Verdict:
+        """The verdict that ``state`` stands for."""
+        stop = state["stop"]
+        if stop is None:
+            decision, stop_index, stop_step = Decision.CONTINUE, None, None
+            reason = self.running_reason(state)
+        else:
+            stop_index, stop_step, reason = stop
+            decision = Decision.STOP
         return Verdict(
-            decision=decision,
-            reason=reason,
-            stop_index=None if stop_at is None else stop_at[0],
-            stop_step=None if stop_at is None else stop_at[1],
-            best_index=self.index,
-            best_step=self.step,
-            best_score=self.score,
-            n_invalid=self.n_invalid,
+            decision, reason, stop_index, stop_step,
+            state["best_index"], state["best_step"], state["best_score"], state["n_invalid"],
         )
+
+    def evaluate(self, evals: Sequence[Eval]) -> Verdict:
+        """The fold of ``update`` over ``evals`` (in step order): the verdict at the first eval
+        where the rule fires, or a CONTINUE verdict over the whole history. Calling it on every
+        prefix and on the full history agree. A non-finite score never makes a rule fire."""
+        state = self.start()
+        step = self.step
+        for index, ev in enumerate(evals):  # ``advance`` inlined: the simulator's hot loop
+            state["n"] = index + 1
+            reason = step(state, index, ev)
+            if reason is not None:
+                state["stop"] = [index, ev.step, reason]
+                break
+        return self.verdict(state)
+
+    # -- what a rule implements ------------------------------------------------------------
+    def rule_state(self) -> State:
+        """The rule's own keys of a fresh state (added to the shared ``n``/``best_*`` keys)."""
+        return {}
+
+    @abstractmethod
+    def step(self, state: State, index: int, ev: Eval) -> str | None:
+        """Fold eval number ``index`` into ``state`` in place (tracking the best with ``offer``
+        and counting skipped scores in ``n_invalid``); return the stop reason if the rule fires
+        at this eval. The caller maintains ``n`` and ``stop`` (a step never reads them)."""
+
+    def running_reason(self, state: State) -> str:
+        """Why a state that has not fired says CONTINUE."""
+        return "has not fired"
+
+
+def offer(state: State, sign: float, index: int, ev: Eval) -> bool:
+    """Record the valid eval ``ev`` as the best if it is strictly better (``sign`` is 1 for
+    mode max, -1 for min); return whether it is the new best."""
+    best = state["best_score"]
+    if best is None or sign * (ev.score - best) > 0.0:
+        state["best_index"], state["best_step"], state["best_score"] = index, ev.step, ev.score
+        return True
+    return False
+
+
+def sign_of(mode: str) -> float:
+    return 1.0 if mode == "max" else -1.0

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .._validation import check_choice, check_float
-from ._base import BestTracker, Decision, Detector, Eval, Verdict, is_valid
+from ._base import Detector, Eval, State, is_valid, offer, sign_of
 
 
 @dataclass(frozen=True)
@@ -27,15 +26,15 @@ class FixedProgress(Detector):
         check_float(owner, "at", self.at, low=0.0, high=1.0)
         check_choice(owner, "mode", self.mode, ("max", "min"))
 
-    def evaluate(self, evals: Sequence[Eval]) -> Verdict:
-        best = BestTracker(self.mode)
-        for i, ev in enumerate(evals):
-            if is_valid(ev.score):
-                best.offer(i, ev)
-            else:
-                best.n_invalid += 1
-            progress = ev.progress
-            if progress is not None and math.isfinite(progress) and progress >= self.at:
-                reason = f"progress {progress:.3g} reached the fixed stop point at={self.at}"
-                return best.verdict(Decision.STOP, reason, (i, ev.step))
-        return best.verdict(Decision.CONTINUE, f"progress below at={self.at}")
+    def step(self, state: State, index: int, ev: Eval) -> str | None:
+        if is_valid(ev.score):
+            offer(state, sign_of(self.mode), index, ev)
+        else:
+            state["n_invalid"] += 1
+        progress = ev.progress
+        if progress is not None and math.isfinite(progress) and progress >= self.at:
+            return f"progress {progress:.3g} reached the fixed stop point at={self.at}"
+        return None
+
+    def running_reason(self, state: State) -> str:
+        return f"progress below at={self.at}"

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
+from math import isfinite
 
 from .._validation import check_choice, check_float, check_int
-from ._base import BestTracker, Decision, Detector, Eval, Verdict, is_valid
+from ._base import Detector, Eval, State
 
 
 @dataclass(frozen=True)
@@ -35,22 +35,34 @@ class KDeclines(Detector):
         check_int(owner, "n_warmup_evals", self.n_warmup_evals, min_value=0)
         check_choice(owner, "mode", self.mode, ("max", "min"))
 
-    def evaluate(self, evals: Sequence[Eval]) -> Verdict:
-        best = BestTracker(self.mode)
-        previous: float | None = None
-        n_valid = 0
-        run = 0
-        for i, ev in enumerate(evals):
-            if not is_valid(ev.score):
-                best.n_invalid += 1
-                continue
-            reference = previous if self.against == "previous" else best.score
-            declined = reference is not None and best.better(reference, ev.score, self.min_delta)
-            best.offer(i, ev)
-            previous = ev.score
-            n_valid += 1
-            run = run + 1 if declined and n_valid > self.n_warmup_evals else 0
+    def rule_state(self) -> State:
+        return {"previous": None, "n_valid": 0, "run": 0}
+
+    def step(self, state: State, index: int, ev: Eval) -> str | None:
+        score = ev.score
+        if score is None or not isfinite(score):
+            state["n_invalid"] += 1
+            return None
+        best = state["best_score"]
+        if self.mode == "max":
+            improved = best is None or score > best
+            reference = best if self.against == "best" else state["previous"]
+            declined = reference is not None and reference - score > self.min_delta
+        else:
+            improved = best is None or score < best
+            reference = best if self.against == "best" else state["previous"]
+            declined = reference is not None and score - reference > self.min_delta
+        if improved:
+            state["best_index"], state["best_step"], state["best_score"] = index, ev.step, score
+        state["previous"] = score
+        n_valid = state["n_valid"] = state["n_valid"] + 1
+        if declined and n_valid > self.n_warmup_evals:
+            run = state["run"] = state["run"] + 1
             if run >= self.k:
-                reason = f"{self.k} consecutive declines vs {self.against} (min_delta={self.min_delta})"
-                return best.verdict(Decision.STOP, reason, (i, ev.step))
-        return best.verdict(Decision.CONTINUE, f"{run} consecutive declines < k={self.k}")
+                return f"{self.k} consecutive declines vs {self.against} (min_delta={self.min_delta})"
+        else:
+            state["run"] = 0
+        return None
+
+    def running_reason(self, state: State) -> str:
+        return f"{state['run']} consecutive declines < k={self.k}"

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .._validation import check_choice, check_float, check_int
-from ._base import BestTracker, Decision, Detector, Eval, Verdict, is_valid
+from ._base import Detector, Eval, State, is_valid, offer, sign_of
 
 
 @dataclass(frozen=True)
@@ -35,28 +34,29 @@ class LossPlateau(Detector):
         check_int(owner, "n_warmup_evals", self.n_warmup_evals, min_value=0)
         check_choice(owner, "mode", self.mode, ("max", "min"))
 
-    def evaluate(self, evals: Sequence[Eval]) -> Verdict:
-        best = BestTracker(self.mode)
-        reference: float | None = None
-        n_valid = 0
-        run = 0
-        for i, ev in enumerate(evals):
-            if is_valid(ev.score):
-                best.offer(i, ev)
-            else:
-                best.n_invalid += 1
-            loss = ev.loss
-            if loss is None or not math.isfinite(loss):
-                continue
-            n_valid += 1
-            if reference is None or loss < reference - self.min_rel_delta * abs(reference):
-                reference, run = loss, 0
-                continue
-            run = run + 1 if n_valid > self.n_warmup_evals else 0
-            if run >= self.patience:
-                reason = (
-                    f"training loss has not improved on {reference:.4g} by more than "
-                    f"{self.min_rel_delta:.3g} (relative) for {run} evals (patience={self.patience})"
-                )
-                return best.verdict(Decision.STOP, reason, (i, ev.step))
-        return best.verdict(Decision.CONTINUE, f"{run} stale evals < patience={self.patience}")
+    def rule_state(self) -> State:
+        return {"reference": None, "n_valid": 0, "run": 0}
+
+    def step(self, state: State, index: int, ev: Eval) -> str | None:
+        if is_valid(ev.score):
+            offer(state, sign_of(self.mode), index, ev)
+        else:
+            state["n_invalid"] += 1
+        loss = ev.loss
+        if loss is None or not math.isfinite(loss):
+            return None
+        n_valid = state["n_valid"] = state["n_valid"] + 1
+        reference = state["reference"]
+        if reference is None or loss < reference - self.min_rel_delta * abs(reference):
+            state["reference"], state["run"] = loss, 0
+            return None
+        run = state["run"] = state["run"] + 1 if n_valid > self.n_warmup_evals else 0
+        if run >= self.patience:
+            return (
+                f"training loss has not improved on {reference:.4g} by more than "
+                f"{self.min_rel_delta:.3g} (relative) for {run} evals (patience={self.patience})"
+            )
+        return None
+
+    def running_reason(self, state: State) -> str:
+        return f"{state['run']} stale evals < patience={self.patience}"

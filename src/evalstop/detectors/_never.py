@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .._validation import check_choice
-from ._base import BestTracker, Decision, Detector, Eval, Verdict, is_valid
+from ._base import Detector, Eval, State, is_valid, offer, sign_of
 
 
 @dataclass(frozen=True)
@@ -19,11 +18,12 @@ class NeverStop(Detector):
     def __post_init__(self) -> None:
         check_choice(type(self).__name__, "mode", self.mode, ("max", "min"))
 
-    def evaluate(self, evals: Sequence[Eval]) -> Verdict:
-        best = BestTracker(self.mode)
-        for i, ev in enumerate(evals):
-            if is_valid(ev.score):
-                best.offer(i, ev)
-            else:
-                best.n_invalid += 1
-        return best.verdict(Decision.CONTINUE, "never stops")
+    def step(self, state: State, index: int, ev: Eval) -> str | None:
+        if is_valid(ev.score):
+            offer(state, sign_of(self.mode), index, ev)
+        else:
+            state["n_invalid"] += 1
+        return None
+
+    def running_reason(self, state: State) -> str:
+        return "never stops"

@@ -17,11 +17,18 @@ deviation from a sample's own median is smaller than from the true centre.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, insort
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from statistics import NormalDist, median
 
-from ._base import Eval
+from ._base import Eval, State
+
+#: How many of the most recent second differences the online estimate keeps (``push_value``):
+#: a rule's memory bound. Up to SIGMA_WINDOW + 2 valid scores the online estimate equals
+#: ``curve_sigma`` of the whole history up to float rounding (docs/noise-rules.md).
+SIGMA_WINDOW = 64
 
 #: Mean absolute deviation of a normal sample divided by its sd, sqrt(2 / pi).
 MEAN_AD_PER_SD = math.sqrt(2.0 / math.pi)
@@ -52,6 +59,48 @@ def curve_sigma(values: Sequence[float]) -> float | None:
     return small_sample * mean_ad / (MEAN_AD_PER_SD * math.sqrt(6.0))
 
 
+def sigma_state() -> State:
+    """The keys of a rule state that ``push_value``/``online_sigma`` maintain: the last two
+    values, and the window of second differences in arrival order and sorted."""
+    return {"sigma_tail": [], "sigma_diffs": [], "sigma_sorted": []}
+
+
+def push_value(state: State, value: float) -> None:
+    """Add the next valid score to the online noise estimate in ``state`` (in place). Keeps the
+    last ``SIGMA_WINDOW`` second differences; a non-finite difference (overflow) is dropped."""
+    tail = state["sigma_tail"]
+    if len(tail) < 2:
+        tail.append(value)
+        return
+    diff = value - 2.0 * tail[1] + tail[0]
+    tail[0], tail[1] = tail[1], value
+    if not math.isfinite(diff):
+        return
+    diffs, ordered = state["sigma_diffs"], state["sigma_sorted"]
+    diffs.append(diff)
+    insort(ordered, diff)
+    if len(diffs) > SIGMA_WINDOW:
+        del ordered[bisect_left(ordered, diffs.pop(0))]
+
+
+def online_sigma(state: State) -> float | None:
+    """``curve_sigma`` over the second differences in the window of ``state`` (equal to it, up
+    to float rounding, while the window holds every difference); None before three values.
+
+    The sum of absolute deviations from the median is the sum of the upper half of the sorted
+    window minus the sum of its lower half (the median itself, if any, deviates by 0), so one
+    estimate costs two C-level sums over the sorted window and no per-value Python work.
+    """
+    ordered = state["sigma_sorted"]
+    m = len(ordered)
+    if m == 0:
+        return None
+    half = m // 2
+    abs_dev = math.fsum(ordered[m - half :]) - math.fsum(ordered[:half])
+    small_sample = math.sqrt(m / (m - 1)) if m > 1 else 1.0
+    return small_sample * max(abs_dev, 0.0) / m / (MEAN_AD_PER_SD * math.sqrt(6.0))
+
+
 def finite_items(ev: Eval) -> tuple[float, ...] | None:
     """The per-item scores of ``ev`` when it has at least two and all are finite, else None."""
     items = getattr(ev, "items", None)
@@ -68,6 +117,7 @@ def mean_and_se(items: Sequence[float]) -> tuple[float, float]:
     return mean, math.sqrt(var / n)
 
 
+@lru_cache(maxsize=256)
 def z_quantile(alpha: float) -> float:
     """The one-sided standard-normal critical value for level ``alpha``."""
     return NormalDist().inv_cdf(1.0 - alpha)

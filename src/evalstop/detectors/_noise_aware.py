@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .._validation import InvalidParameterError, check_choice, check_float, check_int
-from ._base import BestTracker, Decision, Detector, Eval, Verdict, is_valid
-from ._noise import curve_sigma, finite_items, mean_and_se
+from ._base import Detector, Eval, State, is_valid, offer, sign_of
+from ._noise import SIGMA_WINDOW, finite_items, mean_and_se, online_sigma, push_value, sigma_state
 
 
 @dataclass(frozen=True)
@@ -21,8 +20,8 @@ class NoiseAware(Detector):
     sd / sqrt(n), used only with ``items=true``, for evals that draw fresh prompts each time);
     ``sigma`` (the eval noise sd the job reports, > 0); ``n_items`` (the eval sample size the
     job reports: ``item_sd / sqrt(n_items)``, where ``item_sd = 0.5`` bounds the sd of any item
-    score in [0, 1]); otherwise the online estimate from the second differences of the valid
-    scores so far (``_noise.curve_sigma``). Give at most one of ``sigma`` and ``n_items``.
+    score in [0, 1]); otherwise the online estimate from the second differences of the last
+    ``SIGMA_WINDOW`` valid scores (``_noise.online_sigma``). Give at most one of ``sigma`` and ``n_items``.
     When every eval scores the same prompts, the item spread includes the prompts' difficulty,
     which does not change between evals: the item SE then overstates the eval-to-eval noise
     (use ``paired`` for such data; hence ``items=false`` by default).
@@ -74,31 +73,38 @@ class NoiseAware(Detector):
             return self.item_sd / math.sqrt(self.n_items)
         return None
 
-    def evaluate(self, evals: Sequence[Eval]) -> Verdict:
-        best = BestTracker(self.mode)
-        values: list[float] = []
-        reported: list[float | None] = []
-        best_pos = 0
-        run = 0
-        for i, ev in enumerate(evals):
-            if not is_valid(ev.score):
-                best.n_invalid += 1
-                continue
-            values.append(ev.score)
-            reported.append(self.reported_se(ev))
-            ref_pos = best_pos if self.against == "best" else len(values) - 2
-            if best.offer(i, ev):
-                best_pos = len(values) - 1
-            if len(values) <= max(1, self.n_warmup_evals):
-                continue
-            online = curve_sigma(values) or 0.0
-            se_ref, se_cur = (online if s is None else s for s in (reported[ref_pos], reported[-1]))
-            margin = self.z * math.hypot(se_ref, se_cur)
-            run = run + 1 if best.sign * (values[ref_pos] - ev.score) > margin else 0
-            if run >= self.k:
-                reason = (
-                    f"{run} consecutive declines vs {self.against} larger than z={self.z} "
-                    f"standard errors ({margin:.3g})"
-                )
-                return best.verdict(Decision.STOP, reason, (i, ev.step))
-        return best.verdict(Decision.CONTINUE, f"{run} consecutive significant declines < k={self.k}")
+    @property
+    def state_window(self) -> int:
+        return 2 * SIGMA_WINDOW + 2
+
+    def rule_state(self) -> State:
+        # The reference (best or previous valid eval): its score and reported standard error.
+        return {"ref_score": None, "ref_se": None, "n_valid": 0, "run": 0, **sigma_state()}
+
+    def step(self, state: State, index: int, ev: Eval) -> str | None:
+        if not is_valid(ev.score):
+            state["n_invalid"] += 1
+            return None
+        se_here = self.reported_se(ev)
+        push_value(state, ev.score)
+        ref_score, ref_se = state["ref_score"], state["ref_se"]
+        sign = sign_of(self.mode)
+        if offer(state, sign, index, ev) or self.against == "previous":
+            state["ref_score"], state["ref_se"] = ev.score, se_here
+        n_valid = state["n_valid"] = state["n_valid"] + 1
+        if n_valid <= max(1, self.n_warmup_evals) or ref_score is None:
+            return None
+        online = online_sigma(state) or 0.0
+        se_ref = online if ref_se is None else ref_se
+        se_cur = online if se_here is None else se_here
+        margin = self.z * math.hypot(se_ref, se_cur)
+        run = state["run"] = state["run"] + 1 if sign * (ref_score - ev.score) > margin else 0
+        if run >= self.k:
+            return (
+                f"{run} consecutive declines vs {self.against} larger than z={self.z} "
+                f"standard errors ({margin:.3g})"
+            )
+        return None
+
+    def running_reason(self, state: State) -> str:
+        return f"{state['run']} consecutive significant declines < k={self.k}"

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .._validation import check_choice, check_float, check_int
-from ._base import BestTracker, Decision, Detector, Eval, Verdict, is_valid
+from ._base import Detector, Eval, State, is_valid, offer, sign_of
 
 
 @dataclass(frozen=True)
@@ -35,17 +34,22 @@ class Patience(Detector):
         check_float(owner, "min_delta", self.min_delta, low=0.0)
         check_choice(owner, "mode", self.mode, ("max", "min"))
 
-    def evaluate(self, evals: Sequence[Eval]) -> Verdict:
-        best = BestTracker(self.mode)
-        wait = 0
-        for i, ev in enumerate(evals):
-            if not is_valid(ev.score):
-                best.n_invalid += 1
-                continue
-            improved = best.score is None or best.better(ev.score, best.score, self.min_delta)
-            wait = 0 if improved else wait + 1
-            best.offer(i, ev)
-            if wait >= self.patience:
-                reason = f"no improvement on {best.score:.4g} by more than {self.min_delta} for {wait} evals"
-                return best.verdict(Decision.STOP, reason, (i, ev.step))
-        return best.verdict(Decision.CONTINUE, f"{wait} evals without improvement < patience={self.patience}")
+    def rule_state(self) -> State:
+        return {"wait": 0}
+
+    def step(self, state: State, index: int, ev: Eval) -> str | None:
+        if not is_valid(ev.score):
+            state["n_invalid"] += 1
+            return None
+        sign = sign_of(self.mode)
+        best = state["best_score"]
+        improved = best is None or sign * (ev.score - best) > self.min_delta
+        wait = state["wait"] = 0 if improved else state["wait"] + 1
+        offer(state, sign, index, ev)
+        if wait >= self.patience:
+            best = state["best_score"]
+            return f"no improvement on {best:.4g} by more than {self.min_delta} for {wait} evals"
+        return None
+
+    def running_reason(self, state: State) -> str:
+        return f"{state['wait']} evals without improvement < patience={self.patience}"

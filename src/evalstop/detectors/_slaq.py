@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .._validation import check_choice, check_float, check_int
-from ._base import BestTracker, Decision, Detector, Eval, Verdict, is_valid
+from ._base import Detector, Eval, State, is_valid, offer, sign_of
 
 
 @dataclass(frozen=True)
@@ -35,25 +34,38 @@ class SlaqLoss(Detector):
         check_int(owner, "n_warmup_evals", self.n_warmup_evals, min_value=0)
         check_choice(owner, "mode", self.mode, ("max", "min"))
 
-    def evaluate(self, evals: Sequence[Eval]) -> Verdict:
-        best = BestTracker(self.mode)
-        losses: list[float] = []
-        for i, ev in enumerate(evals):
-            if is_valid(ev.score):
-                best.offer(i, ev)
-            else:
-                best.n_invalid += 1
-            if ev.loss is None or not math.isfinite(ev.loss):
-                continue
-            losses.append(ev.loss)
-            if len(losses) <= max(self.window, self.n_warmup_evals):
-                continue
-            total = losses[0] - losses[-1]
-            recent = losses[-1 - self.window] - losses[-1]
-            if total > 0 and recent / total < self.threshold:
-                reason = (
-                    f"loss fell {recent:.4g} over the last {self.window} evals, "
-                    f"{recent / total:.3g} of its total reduction {total:.4g} < threshold={self.threshold}"
-                )
-                return best.verdict(Decision.STOP, reason, (i, ev.step))
-        return best.verdict(Decision.CONTINUE, f"marginal loss reduction >= threshold={self.threshold}")
+    @property
+    def state_window(self) -> int:
+        return self.window + 2  # the last window + 1 losses, and the first
+
+    def rule_state(self) -> State:
+        return {"first_loss": None, "recent_losses": [], "n_losses": 0}
+
+    def step(self, state: State, index: int, ev: Eval) -> str | None:
+        if is_valid(ev.score):
+            offer(state, sign_of(self.mode), index, ev)
+        else:
+            state["n_invalid"] += 1
+        loss = ev.loss
+        if loss is None or not math.isfinite(loss):
+            return None
+        if state["first_loss"] is None:
+            state["first_loss"] = loss
+        recent = state["recent_losses"]
+        recent.append(loss)
+        if len(recent) > self.window + 1:
+            del recent[0]
+        n_losses = state["n_losses"] = state["n_losses"] + 1
+        if n_losses <= max(self.window, self.n_warmup_evals):
+            return None
+        total = state["first_loss"] - loss
+        gain = recent[0] - loss
+        if total > 0 and gain / total < self.threshold:
+            return (
+                f"loss fell {gain:.4g} over the last {self.window} evals, "
+                f"{gain / total:.3g} of its total reduction {total:.4g} < threshold={self.threshold}"
+            )
+        return None
+
+    def running_reason(self, state: State) -> str:
+        return f"marginal loss reduction >= threshold={self.threshold}"

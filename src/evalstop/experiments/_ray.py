@@ -29,7 +29,7 @@ def import_ray() -> Any:
         import ray
     except ImportError:
         raise SystemExit(
-            "a Ray address was given but Ray is not installed: pip install 'evalstop[ray]'"
+            "a Ray address was given but Ray is not installed: pip install -e '.[ray]'"
         ) from None
     return ray
 

@@ -1,5 +1,5 @@
 """One figure of the bank: a run per family, its eval scores and true gold, and where each rule
-stops. matplotlib is imported here only (``pip install 'evalstop[plot]'``)."""
+stops. matplotlib is imported here only (``pip install -e '.[plot]'``)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def plot_bank(runs: Sequence[BankRun], specs: Sequence[str], path: Path) -> Path
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:  # pragma: no cover - depends on the install
-        raise ImportError("plotting needs matplotlib: pip install 'evalstop[plot]'") from exc
+        raise ImportError("plotting needs matplotlib: pip install -e '.[plot]'") from exc
     firsts: dict[str, BankRun] = {}
     for run in runs:
         firsts.setdefault(run.family, run)

@@ -17,16 +17,23 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .legend import legend_lines
+
 __all__ = ["add_arguments", "render_markdown", "run", "write_report"]
 
 _ROLE_TITLES = {
     "paper": "The paper's claims, in the paper's setting",
     "transfer": "The same claims beyond the paper's setting (realistic preset, Philly trace)",
 }
-_TABLE = (("precision", "precision", 100, "%"), ("recall", "recall", 100, "%"), ("fpr", "FPR", 100, "%"),
-          ("jct_mean_s", "JCT mean h", 1 / 3600, ""), ("jct_p95_s", "JCT p95 h", 1 / 3600, ""),
-          ("wasted_gpu_hours", "wasted GPU-h", 1, ""), ("hacking_gpu_hours", "GPU-h on hacking", 1, ""),
-          ("mean_regret_hacking", "regret (hacking)", 1, ""))
+#: (metric, column header, scale, decimals)
+_TABLE = (("precision", "precision %", 100, 1), ("recall", "recall %", 100, 1), ("fpr", "FPR %", 100, 1),
+          ("jct_mean_s", "JCT mean h", 1 / 3600, 2), ("jct_p95_s", "JCT p95 h", 1 / 3600, 2),
+          ("wasted_gpu_hours", "wasted GPU-h", 1, 0), ("hacking_gpu_hours", "GPU-h on hacking", 1, 0),
+          ("mean_regret_hacking", "regret (hacking)", 1, 3))
+_LEGEND = ("precision", "recall", "FPR", "JCT", "wasted GPU-h", "GPU-h on hacking", "regret (hacking)",
+           "JCT change", "p (t / Wilcoxon)", "d_z", "[lo, hi]", "—")
+#: Shown in place of the figures when matplotlib is missing (the report is still written).
+NO_FIGURES = "Figures omitted: matplotlib is not installed (pip install -e '.[plot]', then evalstop report)."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,9 +47,8 @@ def run(args: argparse.Namespace) -> int:
     except FileNotFoundError as exc:
         print(f"evalstop report: {exc}", file=sys.stderr)
         return 2
-    except ImportError as exc:
-        print(f"evalstop report: {exc}; pip install 'evalstop[plot]'", file=sys.stderr)
-        return 2
+    if not have_matplotlib():
+        print(NO_FIGURES, file=sys.stderr)
     print("\n".join(str(p) for p in paths))
     return 0
 
@@ -53,11 +59,19 @@ def write_report(results_dir: Path) -> list[Path]:
     if not source.is_file():
         raise FileNotFoundError(f"{source} not found (run `evalstop reproduce --all --out {results_dir}`)")
     doc = json.loads(source.read_text())
-    figures = _write_figures(doc, results_dir / "figures")
+    figures = _write_figures(doc, results_dir / "figures") if have_matplotlib() else {}
     md = render_markdown(doc, figures, relative_to=results_dir)
     (results_dir / "report.md").write_text(md)
     (results_dir / "report.html").write_text(render_html(doc, figures))
     return [results_dir / "report.md", results_dir / "report.html", *figures.values()]
+
+
+def have_matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _write_figures(doc: Mapping[str, Any], folder: Path) -> dict[tuple[str, str], Path]:
@@ -84,7 +98,11 @@ def render_markdown(
     doc: Mapping[str, Any], figures: Mapping[tuple[str, str], Path], relative_to: Path
 ) -> str:
     lines = ["# EvalStop: every claim of the paper, reproduced", "", _provenance(doc), ""]
+    if not figures:
+        lines += [NO_FIGURES, ""]
     lines += _claims_md(doc)
+    lines += _beyond_md(doc)
+    lines += ["## Columns", "", *legend_lines(_LEGEND, prefix="- "), ""]
     for name, study in doc["studies"].items():
         lines += ["", f"## {study['title']}", ""]
         if study["status"] != "ok":
@@ -129,6 +147,30 @@ def _claims_md(doc: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+_BEYOND = (("precision", "precision %", 100, 1), ("recall", "recall %", 100, 1), ("fpr", "FPR %", 100, 1),
+           ("jct_mean_s", "JCT mean h", 1 / 3600, 2), ("mean_regret", "regret (all jobs)", 1, 3),
+           ("mean_regret_hacking", "regret (hacking)", 1, 3))
+
+
+def _beyond_md(doc: Mapping[str, Any]) -> list[str]:
+    """The recommended (default) rule beside the paper's rule on every ``beyond`` study: one
+    table, every policy of each study, with the JCT change against the study's baseline."""
+    studies = [s for s in doc["studies"].values() if s.get("role") == "beyond" and s["status"] == "ok"]
+    if not studies:
+        return []
+    head = ["study", "policy", *[t[1] for t in _BEYOND], "JCT change vs baseline"]
+    lines = ["## Beyond the paper: the default rule beside the paper's rule", "",
+             "The rule evalstop uses when none is named (`DEFAULT_SPEC`) and the paper's rule on the same "
+             "workloads per seed (means and 95 % CIs over seeds; sections below give each setting).", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for study in studies:
+        for label, stats in study["summary"][0].items():
+            cells = [study["name"], label, *[_stat(stats[m], scale, d) for m, _, scale, d in _BEYOND]]
+            cells.append(_jct_change(study["comparisons"][0].get(label))[0])
+            lines.append("| " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
 def _setting(study: Mapping[str, Any]) -> str:
     w = study["points"][0]["workload"]
     trace = " Arrivals, sizes and durations from the Philly trace." if study["points"][0]["trace"] else ""
@@ -155,10 +197,9 @@ def _study_table(study: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _stat(stat: Mapping[str, Any], scale: float, unit: str) -> str:
+def _stat(stat: Mapping[str, Any], scale: float, digits: int) -> str:
     if stat["mean"] is None:
         return "—"
-    digits = 1 if unit == "%" or scale == 1 else 2
     text = f"{scale * stat['mean']:.{digits}f}"
     if stat["lo"] is not None:
         text += f" [{scale * stat['lo']:.{digits}f}, {scale * stat['hi']:.{digits}f}]"
@@ -196,6 +237,8 @@ def render_html(doc: Mapping[str, Any], figures: Mapping[tuple[str, str], Path])
              "<title>EvalStop: every claim of the paper, reproduced</title>",
              f"<style>{_CSS}</style></head><body>",
              "<h1>EvalStop: every claim of the paper, reproduced</h1>", f"<p>{e(_provenance(doc))}</p>"]
+    if not figures:
+        parts.append(f"<p class='note'>{e(NO_FIGURES)}</p>")
     for role, title in _ROLE_TITLES.items():
         claims = [c for c in doc["claims"] if c["role"] == role]
         if not claims:
@@ -214,6 +257,8 @@ def render_html(doc: Mapping[str, Any], figures: Mapping[tuple[str, str], Path])
             if c["note"] and not c["reproduced"]:
                 note = e(" ".join(c["note"].split()))
                 parts.append(f"<p class='note'><b>{e(c['study'])}: {e(c['name'])}.</b> {note}</p>")
+    items = "".join(f"<li>{e(line)}</li>" for line in legend_lines(_LEGEND))
+    parts.append(f"<h2 id='columns'>Columns</h2><ul class='note'>{items}</ul>")
     for name, study in doc["studies"].items():
         parts.append(f"<h2 id='{e(name)}'>{e(study['title'])}</h2>")
         if study["status"] != "ok":

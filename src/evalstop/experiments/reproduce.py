@@ -17,9 +17,12 @@ from typing import Any
 import numpy as np
 
 from .analysis import analyse_study
+from .legend import legend_lines
 from .runner import run_seeds, stderr_progress
 from .spec import StudySpec, load_studies
 
+_LEGEND = ("precision", "recall", "FPR", "FPR healthy RLHF", "JCT", "wasted GPU-h", "GPU-h on hacking",
+           "regret (hacking)", "[lo, hi]", "—")
 #: The study each ``--preset`` runs (src/evalstop/experiments/specs/).
 HEADLINE_STUDIES = {"paper": "headline", "realistic": "headline-realistic"}
 
@@ -36,7 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     studies.add_argument("--all", action="store_true", help="run every named study; write results, report")
     studies.add_argument("--study", action="append", metavar="NAME", help="run this study (repeatable)")
     studies.add_argument("--list", action="store_true", help="list the named studies and exit")
-    studies.add_argument("--out", type=Path, default=Path("results"), help="results directory")
+    studies.add_argument("--out", type=Path, default=Path("results"),
+                         help="results directory (default results; --study writes to OUT/study-NAME)")
     studies.add_argument("--ray-address", default=None,
                          help="run tasks on this Ray cluster (default: $RAY_ADDRESS, else local processes)")
     studies.add_argument("--cache", type=Path, default=None, help="cache directory (default OUT/cache)")
@@ -109,7 +113,7 @@ def render(result: dict[str, Any]) -> str:
         f"(mean over seeds; {result['wall_s']} s)",
         "",
         "| policy | precision | recall | FPR | FPR healthy RLHF | JCT mean h | JCT p95 h | JCT p99 h "
-        "| wasted GPU-h | hacking GPU-h | regret (hacking) |",
+        "| wasted GPU-h | GPU-h on hacking | regret (hacking) |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for label, s in result["summary"].items():
@@ -121,6 +125,7 @@ def render(result: dict[str, Any]) -> str:
     lines += ["", "| claim | paper | ours (95 % CI) | tolerance | verdict |", "|---|---|---|---|---|"]
     for c in result["claims"]:
         lines.append(f"| {c['name']} | {c['paper']} | {c['ours']} | {c['tolerance']} | {c['verdict']} |")
+    lines += ["", "Columns:", *legend_lines(_LEGEND, prefix="  ")]
     return "\n".join(lines)
 
 

@@ -8,6 +8,7 @@ curves."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -84,14 +85,24 @@ def run_seeds(
             results[seed] = run_seed(workload, policies, seed, sim, bank, trace)
             _tick(progress, len(results), len(seeds))
     else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        pool = ProcessPoolExecutor(max_workers=workers, initializer=ignore_sigint)
+        try:
             futures = {
                 seed: pool.submit(run_seed, workload, policies, seed, sim, bank, trace) for seed in seeds
             }
             for seed, future in futures.items():
                 results[seed] = future.result()
                 _tick(progress, len(results), len(seeds))
+        except BaseException:  # Ctrl-C: do not wait for the queued seeds
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
     return [row for seed in seeds for row in results[seed]]
+
+
+def ignore_sigint() -> None:
+    """Pool workers leave Ctrl-C to the parent, which stops the run and prints one line."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _tick(progress: Callable[[int, int], None] | None, done: int, total: int) -> None:

@@ -14,6 +14,8 @@ from ..sim.metrics import metrics_table
 from ..workloads import PRESETS, WorkloadConfig
 from ..workloads.bank import BankRun, read_bank
 from ..workloads.jobs_csv import read_jobs_csv
+from .config_schema import SIMULATE, check_policies
+from .legend import legend_lines
 from .policies import PolicySpec
 from .runner import run_seeds, stderr_progress
 
@@ -41,8 +43,6 @@ detector = "evalstop:k=2,against=best"
 watch = ["rlhf"]
 """
 
-_TOP = {"seeds", "workload", "sim", "policy"}
-_POLICY = {"label", "base", "base_params", "detector", "watch"}
 
 
 class ConfigError(ValueError):
@@ -91,18 +91,20 @@ def run(args: argparse.Namespace) -> int:
 def load_config(doc: dict[str, Any], base_dir: Path | None = None) -> Config:
     """Validate a parsed config; a relative ``workload.bank`` or ``workload.trace`` is resolved
     against ``base_dir`` (the config file's directory; default: the working directory)."""
-    _reject_unknown("top level", doc, _TOP)
+    check_policies(doc.get("policy"), ConfigError)  # first: its messages are the most specific
+    SIMULATE.check(doc, ConfigError, "top level")
     workload_doc = dict(doc.get("workload", {}))
     bank = _load_bank(workload_doc.pop("bank", None), base_dir or Path("."))
     trace_value = workload_doc.pop("trace", None)
     preset = workload_doc.pop("preset", "paper")
-    if preset not in PRESETS:
-        raise ConfigError(f"workload.preset must be one of {sorted(PRESETS)}. Got {preset!r} instead.")
-    for key in ("quality_start", "rlhf_gain", "healthy_rate", "lora_rate", "lora_gain", "dpo_rate",
-                "dpo_gain", "dpo_plateau_from", "loss_tau"):
-        if key in workload_doc:
-            workload_doc[key] = tuple(workload_doc[key])
-    workload = PRESETS[preset].with_(**workload_doc)
+    for key, value in workload_doc.items():
+        if isinstance(value, list):
+            workload_doc[key] = tuple(value)
+    try:
+        workload = PRESETS[preset].with_(**workload_doc)
+        sim = SimConfig(**doc.get("sim", {}))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     trace = None
     if trace_value is not None:
         if not isinstance(trace_value, str):
@@ -111,23 +113,20 @@ def load_config(doc: dict[str, Any], base_dir: Path | None = None) -> Config:
             raise ConfigError("workload.trace and workload.bank cannot be combined")
         trace = str((base_dir or Path(".")) / trace_value)
         read_jobs_csv(trace, workload.total_gpus)  # every row is checked now, not mid-run
-    sim_doc = doc.get("sim", {})
-    _reject_unknown("[sim]", sim_doc, set(SimConfig.__dataclass_fields__))
-    sim = SimConfig(**sim_doc)
-    policy_docs = doc.get("policy", [])
-    if not policy_docs:
-        raise ConfigError("at least one [[policy]] table is required")
     policies = []
-    for i, p in enumerate(policy_docs):
-        _reject_unknown(f"[[policy]] #{i + 1}", p, _POLICY)
+    for i, p in enumerate(doc["policy"]):
         watch = p.get("watch", ["rlhf"])
         policies.append(PolicySpec(p.get("label", p.get("base", "srtf")), p.get("base", "srtf"),
                                    p.get("base_params", {}), p.get("detector"),
-                                   None if watch == "all" else tuple(watch)))
-        policies[-1].build()  # validate names and parameters now, not mid-run
+                                   None if watch == "all" else tuple(watch), p.get("oracle", False)))
+        try:
+            policies[-1].build()  # validate names and parameters now, not mid-run
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"[[policy]] #{i + 1} ({policies[-1].label}): {exc}") from None
     seeds = doc.get("seeds", [1])
-    if not isinstance(seeds, list) or not all(isinstance(s, int) and s >= 0 for s in seeds):
-        raise ConfigError(f"seeds must be a list of non-negative ints. Got {seeds!r} instead.")
+    if not seeds or any(s < 0 for s in seeds):
+        raise ConfigError(f"top level: 'seeds' must be a non-empty list of integers >= 0. "
+                          f"Got {seeds!r} instead.")
     return Config(workload, sim, policies, seeds, bank, trace)
 
 
@@ -151,24 +150,26 @@ def _load_bank(value: Any, base_dir: Path) -> tuple[BankRun, ...] | None:
     return runs
 
 
-def _reject_unknown(where: str, doc: dict[str, Any], known: set[str]) -> None:
-    unknown = sorted(set(doc) - known)
-    if unknown:
-        raise ConfigError(f"unknown key(s) {unknown} in {where}; valid keys: {sorted(known)}")
-
-
 def metrics_table_from_rows(rows: list[dict[str, Any]]) -> str:
-    header = "| policy | seed | precision | recall | FPR | JCT mean h | JCT p99 h | wasted GPU-h | util |"
-    lines = [header, "|---|---|---|---|---|---|---|---|---|"]
+    header = ("| policy | seed | precision | recall | FPR | JCT mean h | JCT p99 h | wasted GPU-h "
+              "| regret (hacking) | utilisation |")
+    lines = [header, "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        cells = [_f(r["precision"]), _f(r["recall"]), _f(r["fpr"]), _f(r["jct_mean_s"], 3600),
-                 _f(r["jct_p99_s"], 3600), _f(r["wasted_gpu_hours"]), _f(r["utilisation"])]
+        cells = [_f(r["precision"], 100, 1, " %"), _f(r["recall"], 100, 1, " %"), _f(r["fpr"], 100, 1, " %"),
+                 _f(r["jct_mean_s"], 1 / 3600, 2), _f(r["jct_p99_s"], 1 / 3600, 2),
+                 _f(r["wasted_gpu_hours"], 1, 0), _f(r.get("mean_regret_hacking"), 1, 3),
+                 _f(r["utilisation"], 100, 1, " %")]
         lines.append(f"| {r['policy']} | {r['seed']} | " + " | ".join(cells) + " |")
+    lines += ["", "Columns:", *legend_lines(_LEGEND, prefix="  "),
+              "  utilisation: GPU-seconds in use (work and restore overhead) / (GPUs x makespan)"]
     return "\n".join(lines)
 
 
-def _f(value: float | None, divide: float = 1.0) -> str:
-    return "—" if value is None else f"{value / divide:.3f}"
+_LEGEND = ("precision", "recall", "FPR", "JCT", "wasted GPU-h", "regret (hacking)", "—")
+
+
+def _f(value: float | None, scale: float, digits: int, unit: str = "") -> str:
+    return "—" if value is None else f"{value * scale:.{digits}f}{unit}"
 
 
 __all__ = ["EXAMPLE", "Config", "ConfigError", "add_arguments", "load_config", "metrics_table", "run"]

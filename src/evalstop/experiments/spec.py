@@ -25,7 +25,9 @@ from ..detectors import parse_spec
 from ..detectors._spec import format_spec, parameter_names
 from ..sim.cluster import SimConfig
 from ..workloads import PRESETS, WorkloadConfig
+from ..workloads.bank import BankSpec
 from ..workloads.philly import TraceSpec
+from .config_schema import CLAIM, POLICY, STUDY, SWEEP, TRACE, WORKLOAD, check_policies
 from .policies import PolicySpec
 
 __all__ = [
@@ -33,15 +35,10 @@ __all__ = [
     "study_names",
 ]
 
-_TOP = {"name", "title", "description", "extends", "order", "role", "seeds", "baseline", "treatment",
-        "jct_cdf", "figures", "workload", "trace", "sim", "policy", "sweep", "claim", "notes"}
-_POLICY = {"label", "base", "base_params", "detector", "watch", "oracle"}
-_SWEEP = {"param", "label", "unit", "values", "tick_labels", "with", "log_x"}
-_TRACE = {"path", "min_duration_s", "max_duration_s"}
-_CLAIM = {"name", "paper", "kind", "policy", "metric", "target", "tolerance", "threshold", "low",
-          "high", "x_min", "x_max", "unit", "note"}
+# The keys of each table come from its one declaration (config_schema.py, also the JSON Schema).
+_TOP, _POLICY, _SWEEP, _TRACE, _CLAIM = (set(t.names()) for t in (STUDY, POLICY, SWEEP, TRACE, CLAIM))
 CLAIM_KINDS = ("value", "change", "at_least", "at_most", "change_within")
-ROLES = ("paper", "transfer", "extra")
+ROLES = ("paper", "transfer", "beyond", "extra")
 _TUPLE_FIELDS = ("quality_start", "rlhf_gain", "healthy_rate", "lora_rate", "lora_gain", "dpo_rate",
                  "dpo_gain", "dpo_plateau_from", "loss_tau")
 _PARAM_PREFIXES = ("workload.", "sim.", "trace.", "detector.", "policy.")
@@ -86,6 +83,7 @@ class PointSpec:
     policies: tuple[PolicySpec, ...]
     trace: TraceSpec | None = None
     jct_cdf: bool = False
+    bank: BankSpec | None = None
     #: ``[workload] trace = "jobs.csv"``: the user's own job list (``workloads.jobs_csv``).
     jobs_csv: str | None = None
 
@@ -94,6 +92,8 @@ class PointSpec:
         del doc["jobs_csv"]  # absent from the key unless set: keys of other points are unchanged
         if self.jobs_csv is not None:
             doc["jobs_csv_digest"] = hashlib.sha256(Path(self.jobs_csv).read_bytes()).hexdigest()
+        if self.bank is not None:
+            doc["bank_digest"] = self.bank.digest()
         if self.trace is not None:
             from ..workloads.philly import trace_digest
 
@@ -189,7 +189,8 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 def parse_study(doc: Mapping[str, Any], source: str = "") -> StudySpec:
     """Validate a merged study document and resolve its points."""
     doc = dict(doc)
-    _reject_unknown("top level", doc, _TOP)
+    check_policies(doc.get("policy"), SpecError)  # first: its messages are the most specific
+    STUDY.check(doc, SpecError, "top level")
     name = _str(doc, "name")
     policies = tuple(_policy(i, p) for i, p in enumerate(_list(doc, "policy")))
     if not policies:
@@ -218,8 +219,13 @@ def parse_study(doc: Mapping[str, Any], source: str = "") -> StudySpec:
         _reject_unknown("[trace]", trace_doc, _TRACE)
     sim_doc = dict(doc.get("sim", {}))
     _reject_unknown("[sim]", sim_doc, set(SimConfig.__dataclass_fields__))
+    bank_doc = doc.get("bank")
+    try:
+        bank = None if bank_doc is None else BankSpec(**bank_doc)
+    except (TypeError, ValueError) as exc:
+        raise SpecError(f"[bank]: {exc}") from None
     base = _Base(PRESETS[preset], workload_doc, trace_doc, sim_doc, policies, bool(doc.get("jct_cdf", False)),
-                 jobs_csv)
+                 bank, jobs_csv)
     base.point({})  # validate the unswept configuration
     sweep = doc.get("sweep")
     x_param, x_label, x_unit, ticks, log_x = None, "", "", None, False
@@ -267,6 +273,7 @@ class _Base:
     sim: Mapping[str, Any]
     policies: tuple[PolicySpec, ...]
     jct_cdf: bool
+    bank: BankSpec | None = None
     jobs_csv: str | None = None
 
     def point(self, assignment: Mapping[str, Any]) -> PointSpec:
@@ -289,6 +296,7 @@ class _Base:
                 policies = [_set_detector_param(p, key, value) for p in policies]
             else:
                 policies = [_set_policy_field(p, key, value) for p in policies]
+        WORKLOAD.check(workload, SpecError)
         for key in _TUPLE_FIELDS:
             if key in workload:
                 workload[key] = tuple(workload[key])
@@ -303,7 +311,8 @@ class _Base:
 
             read_jobs_csv(self.jobs_csv, config.total_gpus)  # every row checked now, not mid-sweep
         return PointSpec(config, SimConfig(**sim), tuple(policies),
-                         None if trace is None else TraceSpec(**trace), self.jct_cdf, self.jobs_csv)
+                         None if trace is None else TraceSpec(**trace), self.jct_cdf, self.bank,
+                         self.jobs_csv)
 
 
 def _jobs_csv(value: Any, source: str, has_trace_table: bool) -> str | None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from .spec import SpecError, load_studies
@@ -30,27 +32,32 @@ def run_studies(args: argparse.Namespace) -> int:
 
     seeds = args.seeds if args.seeds is not None else (5 if args.quick else None)
     address = args.ray_address or os.environ.get("RAY_ADDRESS") or None
-    doc = run_suite(studies, args.out, seeds=seeds, workers=args.workers, ray_address=address,
-                    cache_dir=args.cache, use_cache=not args.no_cache)
+    out = study_dir(args.out, None if args.all else [s.name for s in studies])
+    doc = run_suite(studies, out, seeds=seeds, workers=args.workers, ray_address=address,
+                    cache_dir=args.cache or args.out / "cache", use_cache=not args.no_cache)
     print(claims_markdown(doc))
     tasks = doc["tasks"]
     print(f"\n{tasks['ran']} tasks run, {tasks['cached']} from the cache, {doc['wall_s']} s "
-          f"({doc['backend']}); results in {args.out / 'results.json'}", file=sys.stderr)
+          f"({doc['backend']}); results in {out / 'results.json'}", file=sys.stderr)
     if not args.no_report:
-        return _report(args)
+        return _report(out)
     return 0
 
 
-def _report(args: argparse.Namespace) -> int:
-    try:
-        from .report import write_report
-    except ImportError as exc:  # matplotlib missing
-        print(f"no report: {exc}; pip install 'evalstop[plot]' then run: evalstop report {args.out}",
-              file=sys.stderr)
-        return 0
-    paths = write_report(args.out)
+def _report(out: Path) -> int:
+    from .report import NO_FIGURES, have_matplotlib, write_report
+
+    paths = write_report(out)
+    if not have_matplotlib():
+        print(NO_FIGURES, file=sys.stderr)
     print("report: " + ", ".join(str(p) for p in paths), file=sys.stderr)
     return 0
+
+
+def study_dir(out: Path, names: Sequence[str] | None) -> Path:
+    """Where results go: ``OUT`` for ``--all``; ``OUT/study-NAME[+NAME...]`` for ``--study``, so
+    that a partial run never overwrites the full report (both share the cache ``OUT/cache``)."""
+    return out if names is None else out / ("study-" + "+".join(sorted(set(names))))
 
 
 def claims_markdown(doc: dict[str, Any]) -> str:
@@ -62,4 +69,6 @@ def claims_markdown(doc: dict[str, Any]) -> str:
     for name, study in doc["studies"].items():
         if study["status"] != "ok":
             lines.append(f"| {name} | (skipped) | | | | {study['reason']} |")
+    lines += ["", "ours: our mean; [lo, hi]: bootstrap 95 % confidence interval over seeds; tolerance: how "
+              "far from the paper's value still counts as reproduced."]
     return "\n".join(lines)

@@ -7,7 +7,7 @@
   a repeated one costs nothing. Identical points of different studies share cache entries.
 - Backends: ``workers=1`` runs in this process; otherwise a process pool over the machine's
   cores (no server). With a Ray address, every missing task is a Ray task on that cluster; Ray is
-  imported only then (``pip install 'evalstop[ray]'``).
+  imported only then (``pip install -e '.[ray]'``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from typing import Any
 
 from .. import __version__
 from ..workloads import Workload, generate
-from .runner import run_policies
+from ..workloads.bank import bank_workload, load_bank
+from .runner import ignore_sigint, run_policies
 from .spec import PointSpec
 
 __all__ = ["Cache", "Progress", "Task", "code_version", "execute", "run_point"]
@@ -48,10 +49,14 @@ def _workload(point: PointSpec, seed: int) -> Workload:
 
         return load_jobs_csv(point.jobs_csv, point.workload, seed)
     if point.trace is None:
-        return generate(point.workload, seed)
-    from ..workloads.philly import generate_from_trace
+        jobs = generate(point.workload, seed)
+    else:
+        from ..workloads.philly import generate_from_trace
 
-    return generate_from_trace(point.workload, point.trace, seed)
+        jobs = generate_from_trace(point.workload, point.trace, seed)
+    if point.bank is None:
+        return jobs
+    return bank_workload(jobs, load_bank(point.bank), seed)
 
 
 _CODE_VERSION: str | None = None
@@ -206,9 +211,14 @@ def execute(
 
 
 def _run_pool(tasks: Sequence[Task], workers: int, done: Done) -> None:
-    with ProcessPoolExecutor(max_workers=min(workers, len(tasks))) as pool:
+    pool = ProcessPoolExecutor(max_workers=min(workers, len(tasks)), initializer=ignore_sigint)
+    try:
         pending = {pool.submit(run_point, t.point, t.seed): t for t in tasks}
         while pending:
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in finished:
                 done(pending.pop(future), future.result())
+    except BaseException:  # Ctrl-C: drop queued tasks; finished ones are already cached
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()

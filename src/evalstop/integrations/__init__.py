@@ -3,10 +3,10 @@
 Each adapter lives in its own module and imports its library only when used, so importing this
 package stays light::
 
-    from evalstop.integrations import EvalStopCallback   # needs pip install 'evalstop[hf]'
-    from evalstop.integrations import EvalStopStopper, EvalStopScheduler   # 'evalstop[tune]'
-    from evalstop.integrations import best_checkpoint_config               # 'evalstop[tune]'
-    from evalstop.integrations import EvalStopPruner     # 'evalstop[optuna]'
+    from evalstop.integrations import EvalStopCallback   # needs pip install -e '.[hf]'
+    from evalstop.integrations import EvalStopStopper, EvalStopScheduler   # pip install -e '.[tune]'
+    from evalstop.integrations import best_checkpoint_config               # pip install -e '.[tune]'
+    from evalstop.integrations import EvalStopPruner     # pip install -e '.[optuna]'
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """What every integration shares: building the detector, importing an extra, one job's history.
 
-An integration keeps the eval history of one job (a Trainer run, a Tune trial, an Optuna trial)
-and hands the whole history to the stateless detector after each new eval. The rule fired *now*
-iff the verdict's ``stop_index`` is the last eval.
+An integration feeds each new eval of one job (a Trainer run, a Tune trial, an Optuna trial) to
+that job's ``Monitor``, which decides in O(1) per eval and fires exactly once (``fired_now``).
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from types import ModuleType
 from typing import Any
 
 from .._validation import check_choice
-from ..detectors import DEFAULT_SPEC, Decision, Detector, Eval, Verdict, format_spec, parse_spec
+from ..detectors import DEFAULT_SPEC, Detector, Eval, Monitor, Verdict, format_spec, parse_spec
 
 #: module -> the extra that installs it.
 EXTRAS = {
@@ -31,7 +30,8 @@ def missing_extra(module: str, owner: str) -> ImportError:
     """The ImportError to raise when ``module`` is missing: it names the extra to install."""
     extra = EXTRAS.get(module.partition(".")[0], "all")
     return ImportError(
-        f"{owner} needs {module!r}, which is not installed. Install it with pip install 'evalstop[{extra}]'."
+        f"{owner} needs {module!r}, which is not installed. Install it with pip install -e '.[{extra}]' "
+        "in the evalstop checkout."
     )
 
 
@@ -89,36 +89,38 @@ def describe(detector: Detector) -> str:
 
 
 class EvalHistory:
-    """The eval history of one job and the detector's verdict over it."""
+    """One job's evals (kept for its record file) and the ``Monitor`` that decides over them."""
 
-    def __init__(self, detector: Detector) -> None:
+    def __init__(self, detector: Detector, monitor: Monitor | None = None) -> None:
         self.detector = detector
+        self.monitor = Monitor(detector) if monitor is None else monitor
         self.evals: list[Eval] = []
-        self.verdict = Verdict(Decision.CONTINUE, "no evals yet")
+
+    @property
+    def verdict(self) -> Verdict:
+        return self.monitor.verdict
 
     def add(self, ev: Eval) -> Verdict | None:
-        """Append ``ev`` and re-run the detector; None (and nothing recorded) if the step repeats
-        or goes back, or the rule has already fired (its verdict is final)."""
-        if self.evals and ev.step <= self.evals[-1].step:
-            return None
-        if self.verdict.stopped:
+        """Fold ``ev`` into the monitor; None (and nothing recorded) if the step repeats or goes
+        back, or the rule has already fired (its verdict is final)."""
+        if not self.monitor.accepts(ev.step):
             return None
         self.evals.append(ev)
-        self.verdict = self.detector.evaluate(self.evals)
-        return self.verdict
+        return self.monitor.observe(ev)
 
     @property
     def fired_now(self) -> bool:
         """True iff the rule fired at the most recent eval."""
-        return self.verdict.stopped and self.verdict.stop_index == len(self.evals) - 1
+        return self.monitor.fired_now
 
     @property
     def last_is_best(self) -> bool:
         """True iff the most recent eval is the best so far (its checkpoint is the one to keep)."""
-        return bool(self.evals) and self.verdict.best_index == len(self.evals) - 1
+        n = self.monitor.n_evals
+        return n > 0 and self.monitor.state["best_index"] == n - 1
 
     def record(self) -> dict[str, Any]:
-        """A JSON-ready record: the detector, the verdict and the history."""
+        """A JSON-ready record: the detector, the verdict, the history and the monitor."""
         v = self.verdict
         return {
             "detector": describe(self.detector),

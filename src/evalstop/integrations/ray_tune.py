@@ -19,8 +19,8 @@ from __future__ import annotations
 from typing import Any
 
 from .._validation import check_choice, check_int
-from ..detectors import Detector, Eval, Verdict
-from ._common import EvalHistory, as_score, missing_extra, resolve_detector
+from ..detectors import Detector, Eval, Monitor, Verdict
+from ._common import as_score, missing_extra, resolve_detector
 
 try:
     from ray.tune import CheckpointConfig, Stopper
@@ -43,24 +43,26 @@ def best_checkpoint_config(metric: str, mode: str, num_to_keep: int = 1) -> Any:
 
 
 class _Watch:
-    """Per-trial eval histories under one detector."""
+    """One ``Monitor`` per trial under one detector."""
 
     def __init__(self, metric: str, step_key: str, detector: Detector) -> None:
         self.metric, self.step_key, self.detector = metric, step_key, detector
-        self.histories: dict[str, EvalHistory] = {}
+        self.monitors: dict[str, Monitor] = {}
 
     def fired(self, trial_id: str, result: dict[str, Any]) -> bool:
         """Record ``result`` for ``trial_id``; True iff the rule fires at this result."""
         if self.metric not in result:
             return False
-        history = self.histories.setdefault(trial_id, EvalHistory(self.detector))
-        step = int(result.get(self.step_key, len(history.evals) + 1))
-        history.add(Eval(step, as_score(result[self.metric])))
-        return history.fired_now
+        monitor = self.monitors.get(trial_id)
+        if monitor is None:
+            monitor = self.monitors[trial_id] = Monitor(self.detector)
+        step = int(result.get(self.step_key, monitor.n_evals + 1))
+        monitor.observe(Eval(step, as_score(result[self.metric])))
+        return monitor.fired_now
 
     @property
     def verdicts(self) -> dict[str, Verdict]:
-        return {trial_id: h.verdict for trial_id, h in self.histories.items()}
+        return {trial_id: m.verdict for trial_id, m in self.monitors.items()}
 
 
 class EvalStopStopper(Stopper):

@@ -4,12 +4,13 @@ A scheduler sees :class:`JobView` objects: what a platform knows about a job (si
 declared budget, service attained so far). The view has no label and no true duration, so no
 base policy can peek at ground truth: the type does not carry it.
 
-Hooks follow Ray Tune's vocabulary: ``on_job_add``, ``on_eval``, ``on_job_end``; ``order`` ranks
-the active jobs, highest priority first, and the simulator gives GPUs in that order. Two verbs
-act on a job: KILL (ends it, frees its GPUs, delivers its best checkpoint; only a stopping rule
-asks for it, by returning a STOP verdict from ``on_eval``) and PREEMPT (pauses it; the
-simulator does it when a preemptive policy ranks a running job out of the GPUs; it resumes
-later and pays the preemption overhead).
+Hooks follow Ray Tune's vocabulary: ``on_job_add``, ``on_start``, ``on_stop``, ``on_job_end``;
+``order`` ranks the active jobs, highest priority first, and the simulator gives GPUs in that
+order. Two verbs act on a job: KILL (ends it, frees its GPUs, delivers its best checkpoint; only
+a stopping rule asks for it: a policy that watches a job hands the simulator a ``Monitor`` from
+``monitor(job)``, the simulator feeds it the job's evals, and kills the job when it fires) and
+PREEMPT (pauses it; the simulator does it when a preemptive policy ranks a running job out of
+the GPUs; it resumes later and pays the preemption overhead).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any
 
-from ..detectors import Eval, Verdict
+from ..detectors import Monitor
 
 
 class Action(StrEnum):
@@ -89,15 +90,11 @@ class Scheduler(ABC):
     def on_stop(self, job: JobView, now: float) -> None:  # noqa: B027 - optional hook
         """A job gave its GPUs back (preempted, completed or killed)."""
 
-    def on_eval(self, job: JobView, history: Sequence[Eval], now: float) -> Verdict | None:
-        """A job reported an eval; ``history`` is every eval so far. A STOP verdict kills the
-        job. Base policies have no opinion (None)."""
-        return None
-
-    def first_stop(self, job: JobView, evals: Sequence[Eval]) -> Verdict | None:
-        """Fast path: the verdict at the first eval where ``on_eval`` would kill the job, given
-        the job's whole eval sequence, or None. Valid because ``on_eval`` depends only on the
-        job's own history. Base policies never kill."""
+    def monitor(self, job: JobView) -> Monitor | None:
+        """A fresh Monitor of the stopping rule that watches ``job``, or None. The simulator
+        feeds it the job's evals (all at once at arrival on the fast path, valid because a rule
+        reads only the job's own evals; one per eval event otherwise) and kills the job at the
+        eval where it fires. Base policies never kill (None)."""
         return None
 
     def next_change_s(self, job: JobView) -> float | None:

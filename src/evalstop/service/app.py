@@ -13,8 +13,10 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import OperationalError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from . import console
 from .context import ServiceContext
 from .errors import DomainError
+from .fairness import retry_after_header
 from .fastpath import ScoresFastPath
 from .pulling import PullLoop, default_cursor_dir, load_pull_config
 from .routes import ops, router
@@ -54,6 +56,7 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
     app.state.pull = pull
     app.include_router(router)
     app.include_router(ops)
+    console.mount(app)
     app.add_exception_handler(DomainError, _domain_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(OperationalError, _database_error)
@@ -64,7 +67,9 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
 
 async def _domain_error(_request: Request, exc: Exception) -> JSONResponse:
     status = exc.status_code if isinstance(exc, DomainError) else 400
-    return JSONResponse({"detail": str(exc)}, status_code=status)
+    retry_after = getattr(exc, "retry_after_s", None)
+    headers = {"Retry-After": retry_after_header(retry_after)} if retry_after is not None else None
+    return JSONResponse({"detail": str(exc)}, status_code=status, headers=headers)
 
 
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:

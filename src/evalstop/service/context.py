@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass, field
 
-from .domain import hash_token
+from .domain import hash_token, tenant_policy
+from .fairness import Limits as FairLimits
+from .fairness import TokenBuckets, effective
 from .metrics import ServiceMetrics
+from .scopes import TenantScope, parse_scope
 from .settings import ServiceSettings
 from .store import Limits, Store, open_store
 from .targets import AdapterRegistry
@@ -29,6 +34,41 @@ class TokenCache:
         self._by_hash[hash_token(token)] = tenant
 
 
+@dataclass(frozen=True)
+class Policy:
+    """A tenant's scope and limits as this replica knows them."""
+
+    scope: TenantScope | None
+    limits: FairLimits
+
+
+class PolicyCache:
+    """Tenants' scopes and quotas, read from the database at most every ``ttl_s`` seconds per
+    tenant (an operator's change reaches every replica within that time)."""
+
+    def __init__(self, store: Store, defaults: FairLimits, ttl_s: float) -> None:
+        self.store, self.defaults, self.ttl_s = store, defaults, ttl_s
+        self._items: dict[str, tuple[Policy, float]] = {}
+        self._lock = threading.Lock()
+
+    def cached(self, tenant: str) -> Policy | None:
+        with self._lock:
+            found = self._items.get(tenant)
+        return found[0] if found is not None and time.monotonic() - found[1] < self.ttl_s else None
+
+    def load(self, tenant: str) -> Policy:
+        scope, quota = tenant_policy(self.store, tenant)
+        policy = Policy(parse_scope(scope), effective(quota, self.defaults))
+        with self._lock:
+            if len(self._items) > 100_000:
+                self._items.clear()
+            self._items[tenant] = (policy, time.monotonic())
+        return policy
+
+    def get(self, tenant: str) -> Policy:
+        return self.cached(tenant) or self.load(tenant)
+
+
 @dataclass
 class ServiceContext:
     settings: ServiceSettings
@@ -36,7 +76,9 @@ class ServiceContext:
     adapters: AdapterRegistry
     metrics: ServiceMetrics
     worker: Worker
+    policies: PolicyCache
     tokens: TokenCache = field(default_factory=TokenCache)
+    buckets: TokenBuckets = field(default_factory=TokenBuckets)
 
     @classmethod
     def build(cls, settings: ServiceSettings) -> ServiceContext:
@@ -49,4 +91,7 @@ class ServiceContext:
         retry = RetryPolicy(settings.worker_max_attempts, settings.backoff_base_s, settings.backoff_max_s)
         worker = Worker(store, adapters, retry=retry, lease_s=settings.worker_lease_s,
                         poll_s=settings.worker_poll_s, metrics=metrics)
-        return cls(settings, store, adapters, metrics, worker)
+        defaults = FairLimits(settings.tenant_scores_per_s, settings.tenant_burst,
+                              settings.tenant_max_live_jobs)
+        policies = PolicyCache(store, defaults, settings.policy_cache_s)
+        return cls(settings, store, adapters, metrics, worker, policies)

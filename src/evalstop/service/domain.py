@@ -20,17 +20,21 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, RowMapping
 
-from ..detectors import Detector, parse_spec
+from ..detectors import DEFAULT_SPEC, Detector, parse_spec
+from . import scopes as scoping
+from .controls import Actor, record
 from .errors import Conflict, Forbidden, InvalidInput, NotFound
+from .fairness import Limits as FairLimits
+from .fairness import Quota, QuotaExceeded, effective
 from .ingest import (
     IngestResult,
     ScoreIn,
     decide_stop,
     ingest_scores,
     ingest_scores_async,
-    load_history,
     lock_job,
 )
+from .monitoring import load_monitor, new_monitor_state
 from .store import Store, decisions, jobs, outbox, scores, tenants
 
 __all__ = [
@@ -48,16 +52,62 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def create_tenant(store: Store, name: str, *, shadow: bool = False) -> tuple[dict[str, Any], str]:
-    """Create tenant ``name``; return its record and its API token (shown once, stored hashed)."""
+def create_tenant(
+    store: Store, name: str, *, shadow: bool = False, scope: Mapping[str, Any] | None = None,
+    quota: Mapping[str, Any] | None = None,
+) -> tuple[dict[str, Any], str]:
+    """Create tenant ``name``; return its record and its API token (shown once, stored hashed).
+    ``scope`` (:class:`~.scopes.TenantScope`) says what it may act on; None: nothing."""
     _check_name("tenant", name)
+    scope_json = _scope_json(scope)
+    quota_json = _quota_json(quota)
     token = "es_" + secrets.token_urlsafe(32)
-    row = {"name": name, "token_hash": hash_token(token), "shadow": shadow, "created_at": store.clock()}
+    row = {"name": name, "token_hash": hash_token(token), "shadow": shadow, "created_at": store.clock(),
+           "scope": scope_json, "quota": quota_json}
     with store.transaction() as conn:
         if conn.execute(sa.select(tenants.c.name).where(tenants.c.name == name)).first():
             raise Conflict(f"Tenant {name!r} already exists.")
         conn.execute(tenants.insert().values(**row))
-    return {"name": name, "shadow": shadow, "created_at": row["created_at"]}, token
+    return {"name": name, "shadow": shadow, "created_at": row["created_at"], "scope": scope_json,
+            "quota": quota_json}, token
+
+
+def _scope_json(scope: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    try:
+        parsed = scoping.parse_scope(scope)
+    except ValueError as exc:
+        raise InvalidInput(f"scope: {exc}") from None
+    return None if parsed is None else parsed.model_dump(exclude_none=True)
+
+
+def _quota_json(quota: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    try:
+        return None if quota is None else Quota.model_validate(quota).model_dump(exclude_none=True)
+    except ValueError as exc:
+        raise InvalidInput(f"quota: {exc}") from None
+
+
+def set_tenant_policy(store: Store, name: str, *, scope: Any = ..., quota: Any = ...) -> dict[str, Any]:
+    """Replace a tenant's scope and/or quota (``...`` leaves it as it is; None clears it)."""
+    values: dict[str, Any] = {}
+    if scope is not ...:
+        values["scope"] = _scope_json(scope)
+    if quota is not ...:
+        values["quota"] = _quota_json(quota)
+    with store.transaction() as conn:
+        done = conn.execute(tenants.update().where(tenants.c.name == name).values(**values))
+        if done.rowcount == 0:
+            raise NotFound(f"Tenant {name!r} not found.")
+    return next(t for t in list_tenants(store) if t["name"] == name)
+
+
+def tenant_policy(store: Store, name: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """``(scope, quota)`` of a tenant as stored."""
+    with store.engine.connect() as conn:
+        row = conn.execute(sa.select(tenants.c.scope, tenants.c.quota).where(tenants.c.name == name)).first()
+    if row is None:
+        raise NotFound(f"Tenant {name!r} not found.")
+    return row.scope, row.quota
 
 
 def tenant_for_token(store: Store, token: str) -> str | None:
@@ -73,7 +123,8 @@ def tenant_for_token(store: Store, token: str) -> str | None:
 
 def list_tenants(store: Store) -> list[dict[str, Any]]:
     with store.engine.connect() as conn:
-        rows = conn.execute(sa.select(tenants.c.name, tenants.c.shadow, tenants.c.created_at)
+        rows = conn.execute(sa.select(tenants.c.name, tenants.c.shadow, tenants.c.created_at,
+                                      tenants.c.scope, tenants.c.quota)
                             .order_by(tenants.c.name)).mappings().all()
     return [dict(r) for r in rows]
 
@@ -94,7 +145,7 @@ class JobSpec:
     target: str
     name: str = ""
     target_options: Mapping[str, Any] = field(default_factory=dict)
-    detector: str = "evalstop"
+    detector: str = DEFAULT_SPEC
     metric: str = "score"
     mode: str = "max"
     grace_period_s: float = 60.0
@@ -122,28 +173,69 @@ def resolve_detector(spec: str, mode: str) -> Detector:
 
 
 def register_job(
-    store: Store, tenant: str, spec: JobSpec, check_target: Callable[[str], None] = lambda _: None
+    store: Store, tenant: str, spec: JobSpec, check_target: Callable[[str], None] = lambda _: None, *,
+    webhook_url: str | None = None, default_limits: FairLimits | None = None,
 ) -> dict[str, Any]:
-    """Register a job for ``tenant``. ``check_target`` raises InvalidInput for an unknown target."""
+    """Register a job for ``tenant``. ``check_target`` raises InvalidInput for an unknown target;
+    the reference must lie in the tenant's scope (:mod:`.scopes`) and belong to no other live job;
+    the tenant's ``max_live_jobs`` quota must not be used up. ``webhook_url`` is the webhook
+    adapter's configured URL (checked against the scope when the job names none)."""
     from ..detectors import format_spec
 
     _check_name("target", spec.target)
     check_target(spec.target)
     detector = resolve_detector(spec.detector, spec.mode)
+    external_ref = scoping.canonical_ref(spec.target, spec.external_ref)
     job_id = uuid.uuid4().hex
     row = {
-        "id": job_id, "tenant": tenant, "name": spec.name or job_id, "external_ref": spec.external_ref,
+        "id": job_id, "tenant": tenant, "name": spec.name or job_id, "external_ref": external_ref,
         "target": spec.target, "target_options": dict(spec.target_options),
         "detector": format_spec(detector), "metric": spec.metric, "mode": spec.mode,
         "grace_period_s": spec.grace_period_s, "gpus": spec.gpus,
         "expected_duration_s": spec.expected_duration_s, "shadow": spec.shadow, "override": None,
         "state": "running", "created_at": store.clock(), "stopped_at": None,
+        "monitor_state": new_monitor_state(detector),
     }
     with store.transaction() as conn:
-        if not conn.execute(sa.select(tenants.c.name).where(tenants.c.name == tenant)).first():
+        owner = conn.execute(sa.select(tenants.c.scope, tenants.c.quota).where(tenants.c.name == tenant)
+                             .with_for_update()).first()  # registrations of one tenant serialise here
+        if owner is None:
             raise NotFound(f"Tenant {tenant!r} not found.")
-        conn.execute(jobs.insert().values(**row))
+        scoping.check_registration(tenant, scoping.parse_scope(owner.scope), spec.target, external_ref,
+                                   spec.target_options, webhook_url)
+        _check_live_quota(conn, tenant, effective(owner.quota, default_limits or UNLIMITED))
+        _check_ref_free(conn, tenant, spec.target, external_ref)
+        try:
+            with conn.begin_nested():
+                conn.execute(jobs.insert().values(**row))
+        except sa.exc.IntegrityError:  # another registration of the same reference won the race
+            raise _ref_taken(spec.target, external_ref, None) from None
     return get_job(store, job_id, tenant)
+
+
+UNLIMITED = FairLimits(scores_per_s=float("inf"), burst=2**62, max_live_jobs=2**62)
+
+
+def _check_live_quota(conn: Connection, tenant: str, limits: FairLimits) -> None:
+    live = conn.execute(sa.select(sa.func.count()).where(jobs.c.tenant == tenant, jobs.c.state != "stopped")
+                        ).scalar_one()
+    if live >= limits.max_live_jobs:
+        raise QuotaExceeded(f"Tenant {tenant!r} has {live} live jobs, its quota (max_live_jobs="
+                            f"{limits.max_live_jobs}); retry once one has stopped.")
+
+
+def _check_ref_free(conn: Connection, tenant: str, target: str, ref: str) -> None:
+    """A clear message before the unique index says no (it still decides under a race)."""
+    holder = conn.execute(sa.select(jobs.c.id, jobs.c.tenant).where(
+        jobs.c.target == target, jobs.c.external_ref == ref, jobs.c.state != "stopped")).first()
+    if holder is not None:
+        raise _ref_taken(target, ref, holder.id if holder.tenant == tenant else None)
+
+
+def _ref_taken(target: str, ref: str, own_job: str | None) -> Conflict:
+    which = f"your job {own_job}" if own_job else "another live job"
+    return Conflict(f"external_ref: {target} job {ref!r} already belongs to {which}; an external reference "
+                    f"belongs to one live job only.")
 
 
 def get_job(store: Store, job_id: str, tenant: str | None) -> dict[str, Any]:
@@ -198,10 +290,16 @@ def set_job_shadow(store: Store, job_id: str, tenant: str | None, enabled: bool)
     return get_job(store, job_id, tenant)
 
 
-def set_override(store: Store, job_id: str, tenant: str | None, override: str | None) -> dict[str, Any]:
+def set_override(
+    store: Store, job_id: str, tenant: str | None, override: str | None, *,
+    actor: Actor | None = None, reason: str = "",
+) -> dict[str, Any]:
     """``never_stop``: the rule may fire but nothing is decided (refused once a stop is under way).
     ``stop_now``: decide a stop at once, enforced even in shadow mode (a person asked for it);
-    idempotent. ``None``: clear ``never_stop``; if the rule has fired, the next score decides."""
+    idempotent. ``None``: clear ``never_stop``; if the rule has fired, the next score decides.
+    Each accepted call adds an audit row (``actor``: who, default the caller via the API; ``reason``:
+    why) in the same transaction."""
+    actor = actor or Actor(tenant)
     if override is not None and override not in OVERRIDES:
         raise InvalidInput(
             f"override must be one of {', '.join(OVERRIDES)} or null. Got {override!r} instead.")
@@ -210,12 +308,15 @@ def set_override(store: Store, job_id: str, tenant: str | None, override: str | 
         if override == "never_stop" and job["state"] != "running":
             raise Conflict(f"Job {job_id} is already {job['state']}; never_stop cannot undo a stop.")
         if override == "stop_now" and job["state"] == "running":
-            history = load_history(conn, job, store.limits.max_history)
-            verdict = parse_spec(job["detector"]).evaluate(history.evals)
-            decide_stop(conn, job, "override", verdict, history, store.clock(), shadow=False,
-                        reason=f"stop_now override by {'operator' if tenant is None else 'tenant'}")
+            monitor = load_monitor(conn, job, store.limits.max_history)
+            latest = conn.execute(sa.select(sa.func.max(scores.c.step)).where(
+                scores.c.job_id == job_id, scores.c.metric == job["metric"])).scalar()
+            why = f"stop_now override by {actor.display}" + (f": {reason}" if reason else "")
+            decide_stop(conn, job, "override", monitor, store.clock(), shadow=False, step=latest,
+                        reason=why[:1000])
         if override != "stop_now" or job["state"] == "running":
             conn.execute(jobs.update().where(jobs.c.id == job_id).values(override=override))
+        record(conn, job_id, actor, override or "resume", reason, store.clock())
     return get_job(store, job_id, tenant)
 
 

@@ -75,8 +75,8 @@ class ScoresFastPath:
     def _parse(self, body: bytes) -> ScoreIn | ScoreBatch | None:
         try:
             return self.body_type.validate_python(json.loads(body), from_attributes=True)
-        except (ValueError, ValidationError):  # json.JSONDecodeError and UnicodeDecodeError too
-            return None
+        except (ValueError, ValidationError, RecursionError):  # JSONDecodeError, UnicodeDecodeError too
+            return None  # the route parses it again and answers (400 for bad or too deeply nested JSON)
 
 
 def _replay(first: Message, receive: Receive) -> Receive:

@@ -6,10 +6,12 @@ Rules (documented in the README):
 - Steps of one metric arrive in increasing order: a new step below the latest stored step is a
   409 (a detector's past decisions are never rewritten). Re-sending an old step is fine.
 - Only the job's watched metric feeds the detector; other metrics are stored as evidence.
-- The detector is stateless: it sees the whole stored history after each ingest. When it says
-  STOP and the job has no detector decision yet (and no ``never_stop`` override), the decision
-  is recorded and, unless the job or its tenant is in shadow mode, a stop is put in the outbox
-  in the same transaction. A job is decided at most once (a unique constraint backs this).
+- The job's ``Monitor`` (persisted on the job row, :mod:`.monitoring`) folds in the new scores
+  and is written back in the same transaction: no request reads the score history. Once its
+  rule has fired and the job has no detector decision yet (and no ``never_stop`` override), the
+  decision is recorded and, unless the job or its tenant is in shadow mode, a stop is put in
+  the outbox in the same transaction. A job is decided at most once (a unique constraint backs
+  this).
 """
 
 from __future__ import annotations
@@ -17,15 +19,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 from sqlalchemy.engine import Connection, RowMapping
 
-from ..detectors import Detector, Eval, Verdict, parse_spec
+from ..detectors import Monitor
 from .errors import Conflict, InvalidInput, NotFound, PayloadTooLarge
+from .monitoring import load_monitor, observe_rows, save_monitor
 from .store import Limits, Store, decisions, jobs, outbox, scores, tenants
 
 #: A job row as ingest reads it (a RowMapping, or a dict on the SQLite fast path).
@@ -64,46 +66,23 @@ class IngestResult:
     best_checkpoint_uri: str | None
 
 
-@dataclass(frozen=True, slots=True)
-class History:
-    """A job's watched-metric history in step order: the evals the detector sees, and the
-    checkpoint posted with each (parallel tuples, so the detector gets ``evals`` as is)."""
-
-    evals: tuple[Eval, ...] = ()
-    uris: tuple[str | None, ...] = ()
-
-    def __len__(self) -> int:
-        return len(self.evals)
-
-    @property
-    def last_step(self) -> int | None:
-        return self.evals[-1].step if self.evals else None
-
-    def uri_at(self, index: int | None) -> str | None:
-        return None if index is None else self.uris[index]
-
-
 def ingest_scores(
     store: Store, job_id: str, tenant: str | None, scores_in: Sequence[ScoreIn]
 ) -> IngestResult:
     """Store ``scores_in`` for the job and decide; raises a DomainError (nothing written) on refusal."""
-    result, history = store.write(_unit(store, job_id, tenant, scores_in))
-    store.history_cache.put(job_id, history)  # only once committed
-    return result
+    return store.write(_unit(store, job_id, tenant, scores_in))
 
 
 async def ingest_scores_async(
     store: Store, job_id: str, tenant: str | None, scores_in: Sequence[ScoreIn]
 ) -> IngestResult:
     """:func:`ingest_scores` for an event loop: waits for the commit without holding a thread."""
-    result, history = await store.write_async(_unit(store, job_id, tenant, scores_in))
-    store.history_cache.put(job_id, history)  # only once committed
-    return result
+    return await store.write_async(_unit(store, job_id, tenant, scores_in))
 
 
 def _unit(
     store: Store, job_id: str, tenant: str | None, scores_in: Sequence[ScoreIn]
-) -> Callable[[Connection], tuple[IngestResult, History]]:
+) -> Callable[[Connection], IngestResult]:
     """Validate now (refuse before queueing), and return the write unit for the store."""
     _validate(store.limits, scores_in)
     now = store.clock()
@@ -112,31 +91,29 @@ def _unit(
 
 def _ingest(
     store: Store, conn: Connection, job_id: str, tenant: str | None, scores_in: Sequence[ScoreIn], now: float
-) -> tuple[IngestResult, History]:
+) -> IngestResult:
     job = _read_job(store, conn, job_id, tenant)
+    # Load (or rebuild from the stored history) before inserting, so a rebuild never sees the
+    # new rows, which are observed once below.
+    monitor = load_monitor(conn, job, store.limits.max_history)
     rows, duplicates = _insert_new(store, conn, job, scores_in, now)
-    history = _history(store, conn, job, rows, job["latest"])
-    verdict = detector_for(job["detector"]).evaluate(history.evals)
+    if observe_rows(monitor, rows, job["metric"]) or job.get("monitor_state") is None:
+        save_monitor(conn, job_id, monitor, raw_sqlite=store.is_sqlite)
+    verdict = monitor.verdict
     decided_now, note, state = False, verdict.reason, job["state"]
     enforced, shadow_stop = bool(job["enforced"]), bool(job["shadow_stop"])
     if verdict.stopped and rows:
-        decided_now, note, shadow = _maybe_decide(conn, job, verdict, history, now, job["detector_decided"])
+        decided_now, note, shadow = _maybe_decide(conn, job, monitor, now, job["detector_decided"])
         if decided_now:
             enforced, shadow_stop = enforced or not shadow, shadow_stop or shadow
             state = state if shadow else "stopping"
-    result = IngestResult(
+    return IngestResult(
         job_id=job_id, accepted=len(rows), duplicates=duplicates,
         decision="stop" if enforced else "continue", state=state, reason=note,
         decided_now=decided_now, shadow_stop=shadow_stop, stop_step=verdict.stop_step,
-        n_evals=len(history), best_step=verdict.best_step, best_score=verdict.best_score,
-        best_checkpoint_uri=history.uri_at(verdict.best_index),
+        n_evals=monitor.n_evals + monitor.n_ignored, best_step=verdict.best_step,
+        best_score=verdict.best_score, best_checkpoint_uri=monitor.best_checkpoint,
     )
-    return result, history
-
-
-@lru_cache(maxsize=1024)
-def detector_for(spec: str) -> Detector:
-    return parse_spec(spec)
 
 
 # Statements of the ingest path, built once: SQLAlchemy then skips building the expression and
@@ -187,7 +164,8 @@ class _SqliteStatements:
 
     @staticmethod
     def _read(scoped: bool) -> sa.Select[Any]:
-        cols = [jobs.c[n] for n in ("id", "metric", "detector", "state", "override", "shadow")]
+        names = ("id", "metric", "detector", "state", "override", "shadow", "monitor_state")
+        cols = [jobs.c[n] for n in names]
         state = _job_state(jobs.c.id, jobs.c.metric)
         query = (sa.select(*cols, tenants.c.shadow.label("tenant_shadow"), *state)
                  .join(tenants, tenants.c.name == jobs.c.tenant).where(jobs.c.id == sa.bindparam("job_id")))
@@ -229,45 +207,18 @@ def lock_job(conn: Connection, job_id: str, tenant: str | None) -> RowMapping:
     return row
 
 
-def _history(
-    store: Store, conn: Connection, job: JobRow, rows: list[dict[str, Any]], latest: int | None
-) -> History:
-    """The watched metric's history after this ingest: the cached history plus the new rows when
-    the cache ends at the step that was latest in the database (steps only grow, so it is then
-    complete), else read from the database."""
-    cached: History | None = store.history_cache.get(job["id"])
-    if cached is None or cached.last_step != latest:
-        return load_history(conn, job, store.limits.max_history)
-    new = [r for r in rows if r["metric"] == job["metric"]]
-    if not new:
-        return cached
-    cap = store.limits.max_history
-    evals = cached.evals + tuple(Eval(r["step"], r["value"], r["progress"], r["loss"]) for r in new)
-    uris = cached.uris + tuple(r["checkpoint_uri"] for r in new)
-    return History(evals[:cap], uris[:cap])
-
-
-def load_history(conn: Connection, job: JobRow, max_history: int) -> History:
-    cols = (scores.c.step, scores.c.value, scores.c.progress, scores.c.loss, scores.c.checkpoint_uri)
-    query = (sa.select(*cols)
-             .where(scores.c.job_id == job["id"], scores.c.metric == job["metric"])
-             .order_by(scores.c.step).limit(max_history))
-    rows = conn.execute(query).all()
-    return History(tuple(Eval(r.step, r.value, r.progress, r.loss) for r in rows),
-                   tuple(r.checkpoint_uri for r in rows))
-
-
 def decide_stop(
-    conn: Connection, job: JobRow, source: str, verdict: Verdict, history: History,
-    now: float, *, shadow: bool, reason: str,
+    conn: Connection, job: JobRow, source: str, monitor: Monitor, now: float, *, shadow: bool, reason: str,
+    step: int | None,
 ) -> int:
-    """Record a stop decision; unless ``shadow``, enqueue its enforcement and mark the job stopping."""
+    """Record a stop decision at ``step``, with the monitor's best checkpoint; unless
+    ``shadow``, enqueue its enforcement and mark the job stopping."""
+    verdict = monitor.verdict
     decision_id = conn.execute(decisions.insert().values(
         job_id=job["id"], source=source, decision="stop", shadow=shadow, enforced=not shadow,
-        reason=reason, detector=job["detector"],
-        step=verdict.stop_step if source == "detector" else history.last_step,
-        n_evals=len(history), best_step=verdict.best_step, best_score=verdict.best_score,
-        best_checkpoint_uri=history.uri_at(verdict.best_index), created_at=now,
+        reason=reason, detector=job["detector"], step=step,
+        n_evals=monitor.n_evals + monitor.n_ignored, best_step=verdict.best_step,
+        best_score=verdict.best_score, best_checkpoint_uri=monitor.best_checkpoint, created_at=now,
     )).inserted_primary_key[0]  # type: ignore[index]
     if not shadow:
         conn.execute(outbox.insert().values(decision_id=decision_id, job_id=job["id"], phase="pin",
@@ -277,16 +228,18 @@ def decide_stop(
 
 
 def _maybe_decide(
-    conn: Connection, job: JobRow, verdict: Verdict, history: History, now: float, decided: bool
+    conn: Connection, job: JobRow, monitor: Monitor, now: float, decided: bool
 ) -> tuple[bool, str, bool]:
     """Decide the stop the rule asks for unless the job has a detector decision (``decided``)
     already; return whether it was decided now, the reason to report, and whether it is shadow."""
+    verdict = monitor.verdict
     if job["override"] == "never_stop":
         return False, f"{verdict.reason} at step {verdict.stop_step}; not stopped: never_stop override", False
     if job["state"] != "running" or decided:
         return False, verdict.reason, False
     shadow = bool(job["shadow"] or job["tenant_shadow"])
-    decide_stop(conn, job, "detector", verdict, history, now, shadow=shadow, reason=verdict.reason)
+    decide_stop(conn, job, "detector", monitor, now, shadow=shadow, reason=verdict.reason,
+                step=verdict.stop_step)
     return True, verdict.reason + (" (shadow mode: recorded, not enforced)" if shadow else ""), shadow
 
 

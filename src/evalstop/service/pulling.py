@@ -38,7 +38,9 @@ from evalstop._validation import InvalidParameterError, check_choice, check_floa
 from .background import DaemonLoop
 from .errors import Conflict, InvalidInput
 from .ingest import ScoreIn, ingest_scores
+from .leader import Leadership
 from .pull import POLLERS, Cursor, Poller, ScoreRecord, make_poller, run_pollers
+from .pull_schema import PULL
 from .store import Store
 
 log = logging.getLogger("evalstop.service.pulling")
@@ -47,7 +49,7 @@ log = logging.getLogger("evalstop.service.pulling")
 SOURCE_KEYS: dict[str, tuple[str, str]] = {
     "trainer_state": ("path", "paths"), "tensorboard": ("logdir", "logdirs"), "mlflow": ("run_id", "runs"),
 }
-TOP_KEYS = ("interval_s", "cursor_dir", "poller")
+TOP_KEYS = tuple(PULL.names())
 
 
 class PullConfigError(InvalidParameterError):
@@ -89,9 +91,9 @@ def load_pull_config(path: str | Path) -> PullConfig:
 
 
 def _parse(raw: dict[str, Any]) -> PullConfig:
-    unknown = sorted(set(raw) - set(TOP_KEYS))
-    if unknown:
-        raise InvalidParameterError(f"unknown key {unknown[0]!r}; expected one of {', '.join(TOP_KEYS)}.")
+    if not raw.get("poller"):
+        raise InvalidParameterError("no [[poller]] tables: nothing to poll.")
+    PULL.check(raw, InvalidParameterError, "top level")
     interval_s = raw.get("interval_s", 10.0)
     check_float("pull config", "interval_s", interval_s, low=0, low_open=True)
     tables = raw.get("poller", [])
@@ -172,6 +174,7 @@ class PullLoop(DaemonLoop):
 
     pollers: list[Poller]
     interval_s: float
+    leadership: Leadership | None = None
     thread_name = "evalstop-pull"
 
     @classmethod
@@ -187,7 +190,19 @@ class PullLoop(DaemonLoop):
             options = dict(spec.options)
             path = options.pop("cursor_path", None) or (where / spec.cursor_name if where else None)
             pollers.append(make_poller(spec.kind, sink, cursor=Cursor(path), **options))
-        return cls(pollers, config.interval_s)
+        return cls(pollers, config.interval_s, Leadership(store))
 
     def _run(self, stop: threading.Event) -> None:
-        run_pollers(self.pollers, self.interval_s, stop)
+        """Poll only while this replica leads (see :mod:`.leader`); the others wait their turn."""
+        if self.leadership is None:
+            run_pollers(self.pollers, self.interval_s, stop)
+            return
+        with self.leadership as lead:
+            while not stop.is_set():
+                if lead.held():
+                    for poller in self.pollers:
+                        try:
+                            poller.poll()
+                        except Exception:  # a broken source is logged, the loop goes on
+                            log.exception("poller %s failed", poller.kind)
+                stop.wait(self.interval_s)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import time
@@ -12,9 +13,9 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
-from . import domain
+from . import controls, domain, reports
 from .context import ServiceContext
-from .errors import Forbidden
+from .errors import Forbidden, InvalidInput
 from .ingest import ScoreIn as DomainScore
 from .schemas import (
     DecisionOut,
@@ -22,6 +23,9 @@ from .schemas import (
     JobIn,
     JobOut,
     OverrideIn,
+    QuotaIn,
+    RetryIn,
+    ScopeIn,
     ScoreBatch,
     ScoreIn,
     ScoreOut,
@@ -31,6 +35,7 @@ from .schemas import (
     TenantOut,
     Toggle,
 )
+from .scopes import checkpoint_allowed
 
 MAX_INT = 2**62  # fits SQLite INTEGER and PostgreSQL BIGINT
 bearer = HTTPBearer(auto_error=False, description="A tenant's API token, or the operator (admin) token.")
@@ -90,8 +95,27 @@ router = APIRouter(prefix="/v1")
 @router.post("/tenants", status_code=201, response_model=TenantCreated, tags=["operators"])
 def create_tenant(body: TenantIn, ctx: Ctx, who: Caller) -> dict[str, Any]:
     domain.require_admin(who.tenant, "create tenants")
-    record, token = domain.create_tenant(ctx.store, body.name, shadow=body.shadow)
+    record, token = domain.create_tenant(
+        ctx.store, body.name, shadow=body.shadow,
+        scope=None if body.scope is None else body.scope.model_dump(exclude_none=True),
+        quota=None if body.quota is None else body.quota.model_dump(exclude_none=True))
     return {**record, "token": token}
+
+
+@router.put("/tenants/{name}/scope", response_model=TenantOut, tags=["operators"])
+def set_tenant_scope(name: str, body: ScopeIn, ctx: Ctx, who: Caller) -> dict[str, Any]:
+    """Declare what the tenant may act on (replaces the previous scope; null: nothing)."""
+    domain.require_admin(who.tenant, "change a tenant's scope")
+    scope = None if body.scope is None else body.scope.model_dump(exclude_none=True)
+    return domain.set_tenant_policy(ctx.store, name, scope=scope)
+
+
+@router.put("/tenants/{name}/quota", response_model=TenantOut, tags=["operators"])
+def set_tenant_quota(name: str, body: QuotaIn, ctx: Ctx, who: Caller) -> dict[str, Any]:
+    """Override the default rate limit and size quota for one tenant (null: the defaults)."""
+    domain.require_admin(who.tenant, "change a tenant's quota")
+    quota = None if body.quota is None else body.quota.model_dump(exclude_none=True)
+    return domain.set_tenant_policy(ctx.store, name, quota=quota)
 
 
 @router.get("/tenants", response_model=list[TenantOut], tags=["operators"])
@@ -115,7 +139,9 @@ def register_job(body: JobIn, ctx: Ctx, who: Caller) -> dict[str, Any]:
     if who.tenant is not None and owner != who.tenant:
         raise Forbidden(f"A token of tenant {who.tenant!r} cannot register jobs for tenant {owner!r}.")
     spec = domain.JobSpec(**body.model_dump(exclude={"tenant"}))
-    return domain.register_job(ctx.store, owner, spec, ctx.adapters.check)
+    webhook_url = ctx.settings.adapter_settings.get("webhook", {}).get("url")
+    return domain.register_job(ctx.store, owner, spec, ctx.adapters.check, webhook_url=webhook_url,
+                               default_limits=ctx.policies.defaults)
 
 
 @router.get("/jobs", response_model=list[JobOut], tags=["jobs"])
@@ -143,6 +169,8 @@ async def ingest_reply(
 ) -> Response:
     """Ingest a validated scores body and build the reply (this route and :mod:`.fastpath`)."""
     items = body.scores if isinstance(body, ScoreBatch) else [body]
+    if who.tenant is not None:
+        await _admit(ctx, who.tenant, items)
     scores = [DomainScore(s.step, s.value, s.checkpoint_uri, s.ts, s.metric, s.progress, s.loss)
               for s in items]
     started = time.perf_counter()
@@ -153,6 +181,21 @@ async def ingest_reply(
         ctx.metrics.decisions.labels(source="detector", shadow=str(result.shadow_stop).lower()).inc()
     reply = {name: getattr(result, name) for name in INGEST_FIELDS}
     return Response(_json(reply), media_type="application/json")
+
+
+async def _admit(ctx: ServiceContext, tenant: str, items: list[ScoreIn]) -> None:
+    """The tenant's rate limit (429 with Retry-After) and checkpoint scope, before any work."""
+    policy = ctx.policies.cached(tenant)
+    if policy is None:
+        policy = await asyncio.to_thread(ctx.policies.load, tenant)
+    ctx.buckets.take(tenant, len(items), policy.limits)
+    prefixes = policy.scope.checkpoint_prefixes if policy.scope is not None else []
+    if not prefixes:
+        return  # no declared roots: the URI is stored as evidence, never pinned on a filesystem
+    for i, item in enumerate(items):
+        if item.checkpoint_uri is not None and not checkpoint_allowed(item.checkpoint_uri, prefixes):
+            raise InvalidInput(f"scores[{i}].checkpoint_uri {item.checkpoint_uri!r} is outside tenant "
+                               f"{tenant!r}'s checkpoint prefixes {prefixes}.")
 
 
 INGEST_FIELDS = tuple(f.name for f in fields(domain.IngestResult))
@@ -181,7 +224,7 @@ def list_decisions(job_id: str, ctx: Ctx, who: Caller) -> list[dict[str, Any]]:
 @router.put("/jobs/{job_id}/override", response_model=JobOut, tags=["decisions"])
 def set_override(job_id: str, body: OverrideIn, ctx: Ctx, who: Caller) -> dict[str, Any]:
     before = domain.get_job(ctx.store, job_id, who.tenant)["state"]
-    job = domain.set_override(ctx.store, job_id, who.tenant, body.override)
+    job = domain.set_override(ctx.store, job_id, who.tenant, body.override, reason=body.reason)
     if body.override == "stop_now" and before == "running":
         ctx.metrics.decisions.labels(source="override", shadow="false").inc()
     return job
@@ -190,6 +233,36 @@ def set_override(job_id: str, body: OverrideIn, ctx: Ctx, who: Caller) -> dict[s
 @router.put("/jobs/{job_id}/shadow", response_model=JobOut, tags=["decisions"])
 def set_job_shadow(job_id: str, body: Toggle, ctx: Ctx, who: Caller) -> dict[str, Any]:
     return domain.set_job_shadow(ctx.store, job_id, who.tenant, body.enabled)
+
+
+@router.post("/jobs/{job_id}/retry-stop", response_model=JobOut, tags=["decisions"])
+def retry_stop(job_id: str, body: RetryIn, ctx: Ctx, who: Caller) -> dict[str, Any]:
+    """Put a failed stop (``stop_failed``) back in the outbox; recorded in the audit trail."""
+    return controls.retry_stop(ctx.store, job_id, controls.Actor(who.tenant), body.reason)
+
+
+@router.get("/jobs/{job_id}/audit", tags=["decisions"])
+def list_audit(job_id: str, ctx: Ctx, who: Caller) -> list[dict[str, Any]]:
+    """Who changed the job by hand (overrides, stop retries), when, why, through what."""
+    return controls.list_audit(ctx.store, job_id, who.tenant)
+
+
+@router.get("/jobs/{job_id}/delivery-history", tags=["decisions"])
+def delivery_history(job_id: str, ctx: Ctx, who: Caller) -> list[dict[str, Any]]:
+    """Each phase the job's stop entered and each failed attempt with its error."""
+    return controls.delivery_history(ctx.store, job_id, who.tenant)
+
+
+@router.get("/reports/shadow", tags=["reports"])
+def shadow_report(ctx: Ctx, who: Caller) -> list[dict[str, Any]]:
+    """Per tenant: jobs shadow mode would have stopped and the GPU-hours that saves (docs/metrics.md)."""
+    return reports.shadow_summary(ctx.store, who.tenant)
+
+
+@router.get("/reports/reclaimed", tags=["reports"])
+def reclaimed_report(ctx: Ctx, who: Caller) -> list[dict[str, Any]]:
+    """Per tenant: GPU-hours reclaimed by enforced stops, with the cumulative series over time."""
+    return reports.reclaimed(ctx.store, who.tenant)
 
 
 ops = APIRouter(tags=["operations"])

@@ -7,9 +7,13 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictInt, Tag
 
 from ..detectors import DEFAULT_SPEC
+from .fairness import Quota
+from .scopes import TenantScope
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+#: A JSON number and nothing else: no "0.5" strings, no booleans (true is not 1.0). Ints are fine.
+StrictNumber = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 
 
 class Body(BaseModel):
@@ -19,12 +23,24 @@ class Body(BaseModel):
 class TenantIn(Body):
     name: str = Field(pattern=NAME_PATTERN, description="Tenant name: letters, digits, '.', '_', '-'.")
     shadow: bool = False
+    scope: TenantScope | None = Field(default=None, description="What the tenant may act on; none: nothing.")
+    quota: Quota | None = None
 
 
 class TenantOut(BaseModel):
     name: str
     shadow: bool
     created_at: float
+    scope: TenantScope | None = None
+    quota: Quota | None = None
+
+
+class ScopeIn(Body):
+    scope: TenantScope | None
+
+
+class QuotaIn(Body):
+    quota: Quota | None
 
 
 class TenantCreated(TenantOut):
@@ -37,6 +53,11 @@ class Toggle(Body):
 
 class OverrideIn(Body):
     override: Literal["never_stop", "stop_now"] | None
+    reason: str = Field(default="", max_length=1000, description="Why (kept in the job's audit trail).")
+
+
+class RetryIn(Body):
+    reason: str = Field(default="", max_length=1000, description="Why (kept in the job's audit trail).")
 
 
 class JobIn(Body):
@@ -88,13 +109,13 @@ class JobOut(BaseModel):
 
 class ScoreIn(Body):
     step: StrictInt = Field(ge=0, description="Training step of the eval; increasing per metric.")
-    value: FiniteFloat
+    value: StrictNumber
     checkpoint_uri: str | None = Field(default=None, max_length=2000)
-    ts: FiniteFloat | None = None
+    ts: StrictNumber | None = None
     metric: str | None = Field(default=None, min_length=1, max_length=200,
                                description="Defaults to the job's watched metric.")
-    progress: FiniteFloat | None = Field(default=None, ge=0, le=1)
-    loss: FiniteFloat | None = None
+    progress: Annotated[StrictNumber, Field(ge=0, le=1)] | None = None
+    loss: StrictNumber | None = None
 
 
 class ScoreBatch(Body):

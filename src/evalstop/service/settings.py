@@ -41,6 +41,13 @@ class ServiceSettings(BaseSettings):
     #: A TOML file of pollers (MLflow, TensorBoard, trainer_state) run inside the service; see
     #: :mod:`evalstop.service.pulling`. None: no pull ingest.
     pull_config: Path | None = None
+    #: Default per-tenant limits (each tenant's ``quota`` overrides them): a token bucket of
+    #: scores (refill per second, capacity), and the most jobs a tenant may have live at once.
+    tenant_scores_per_s: float = Field(default=50_000.0, gt=0)
+    tenant_burst: int = Field(default=100_000, ge=1)
+    tenant_max_live_jobs: int = Field(default=10_000, ge=0)
+    #: Seconds a replica trusts its cached copy of a tenant's scope and quota.
+    policy_cache_s: float = Field(default=5.0, ge=0)
 
     @field_validator("database_url")
     @classmethod

@@ -11,9 +11,7 @@ serialise on ``SELECT ... FOR UPDATE`` of the job row.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,6 +33,10 @@ tenants = sa.Table(
     sa.Column("token_hash", sa.String(64), nullable=False, unique=True),
     sa.Column("shadow", sa.Boolean, nullable=False, default=False),
     sa.Column("created_at", sa.Float, nullable=False),
+    #: what the tenant may act on (:class:`~evalstop.service.scopes.TenantScope`); NULL = nothing
+    sa.Column("scope", sa.JSON, nullable=True),
+    #: rate limit and size quota overrides (:class:`~evalstop.service.fairness.Quota`); NULL = defaults
+    sa.Column("quota", sa.JSON, nullable=True),
 )
 
 jobs = sa.Table(
@@ -59,6 +61,12 @@ jobs = sa.Table(
     sa.Column("last_step", sa.BigInteger, nullable=True),
     sa.Column("created_at", sa.Float, nullable=False),
     sa.Column("stopped_at", sa.Float, nullable=True),
+    #: The job's Monitor (``Monitor.to_json()``): its rule state, best eval and checkpoint.
+    #: NULL: rebuilt once from the stored scores (service/monitoring.py).
+    sa.Column("monitor_state", sa.JSON(none_as_null=True), nullable=True),
+    # an external reference belongs to one live job only (stopped jobs release it)
+    sa.Index("uq_jobs_live_ref", "target", "external_ref", unique=True,
+             sqlite_where=sa.text("state != 'stopped'"), postgresql_where=sa.text("state != 'stopped'")),
 )
 
 scores = sa.Table(
@@ -110,6 +118,8 @@ outbox = sa.Table(
     sa.Column("next_attempt_at", sa.Float, nullable=False),
     sa.Column("lease_until", sa.Float, nullable=True),
     sa.Column("lease_owner", sa.String(32), nullable=True),
+    #: fencing token: bumped by every claim; a worker's writes carry the value it claimed with
+    sa.Column("lease_epoch", sa.BigInteger, nullable=False, default=0, server_default="0"),
     sa.Column("signalled_at", sa.Float, nullable=True),
     sa.Column("last_error", sa.String(1000), nullable=True),
     sa.Column("created_at", sa.Float, nullable=False),
@@ -118,6 +128,37 @@ outbox = sa.Table(
 )
 
 
+#: Who changed a job by hand (overrides, stop retries), from the API or the console: one row per
+#: accepted change, written in the change's own transaction.
+audit = sa.Table(
+    "audit",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("job_id", sa.String(32), sa.ForeignKey("jobs.id"), nullable=False, index=True),
+    #: the authenticated caller: "operator" or "tenant:NAME" (tenant names hold no ':')
+    sa.Column("principal", sa.String(80), nullable=False),
+    #: the name the person gave at console sign-in (self-declared), else the principal
+    sa.Column("actor", sa.String(200), nullable=False),
+    #: "stop_now" | "never_stop" | "resume" | "retry_stop"
+    sa.Column("action", sa.String(32), nullable=False),
+    sa.Column("reason", sa.String(1000), nullable=False),
+    sa.Column("channel", sa.String(16), nullable=False),  # "api" | "console"
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+
+#: The delivery history of each outbox row: every phase it entered and every failed attempt.
+delivery_events = sa.Table(
+    "delivery_events",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("outbox_id", sa.BigInteger, sa.ForeignKey("outbox.id"), nullable=False),
+    sa.Column("job_id", sa.String(32), sa.ForeignKey("jobs.id"), nullable=False, index=True),
+    sa.Column("phase", sa.String(16), nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("error", sa.String(1000), nullable=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+
 @dataclass(frozen=True)
 class Limits:
     """Input limits the domain layer enforces (from the settings)."""
@@ -125,30 +166,6 @@ class Limits:
     max_batch: int = 1000
     max_step: int = 10**12
     max_history: int = 100_000
-
-
-class HistoryCache:
-    """Recently used score histories by job id (LRU). Only a hint: ingest checks each entry
-    against the database inside its transaction before trusting it."""
-
-    def __init__(self, max_jobs: int = 4096) -> None:
-        self.max_jobs = max_jobs
-        self._items: OrderedDict[str, Any] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, job_id: str) -> Any:
-        with self._lock:
-            found = self._items.get(job_id)
-            if found is not None:
-                self._items.move_to_end(job_id)
-            return found
-
-    def put(self, job_id: str, history: Any) -> None:
-        with self._lock:
-            self._items[job_id] = history
-            self._items.move_to_end(job_id)
-            while len(self._items) > self.max_jobs:
-                self._items.popitem(last=False)
 
 
 class Store:
@@ -161,7 +178,6 @@ class Store:
         self.limits = limits or Limits()
         self.clock = clock
         self.is_sqlite = engine.dialect.name == "sqlite"
-        self.history_cache = HistoryCache()
         self._group_conn: Connection | None = None  # the committer's own connection, kept open
         self.committer = GroupCommitter(self._group_transaction) if group_commit and self.is_sqlite else None
 
@@ -200,7 +216,10 @@ class Store:
         return await asyncio.to_thread(self.write, unit)
 
     def create_schema(self) -> None:
-        metadata.create_all(self.engine)
+        """Create or migrate the schema to the current revision (:mod:`.migrate`)."""
+        from .migrate import upgrade
+
+        upgrade(self.engine)
 
     def ping(self) -> None:
         with self.engine.connect() as conn:

@@ -23,12 +23,16 @@ from sqlalchemy.engine import RowMapping
 from .adapters._base import AdapterError, EnforcementAdapter, JobRef
 from .background import DaemonLoop
 from .metrics import ServiceMetrics
-from .store import Store, decisions, jobs, outbox
+from .store import Store, decisions, delivery_events, jobs, outbox, tenants
 from .targets import AdapterRegistry, UnknownTarget
 
 log = logging.getLogger("evalstop.service.worker")
 TERMINAL = ("done", "failed")
 GRACE_POLL_S = 1.0
+
+
+class LeaseLost(RuntimeError):
+    """Another worker claimed the row (this worker's lease expired): stop touching it."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,7 @@ class Worker(DaemonLoop):
         self.retry = retry or RetryPolicy()
         self.lease_s, self.poll_s = lease_s, poll_s
         self.owner = uuid.uuid4().hex
+        self.epoch = -1  # the fencing epoch of the row being advanced (one row at a time per worker)
 
     # -- thread (start/stop/alive from DaemonLoop) ----------------------------------------------
     def _run(self, stop: threading.Event) -> None:
@@ -66,41 +71,55 @@ class Worker(DaemonLoop):
 
     # -- one pass -----------------------------------------------------------------------------
     def run_once(self, limit: int = 20) -> int:
-        """Claim the due rows and advance each as far as it can go now; return how many."""
+        """Claim due rows one at a time and advance each as far as it can go now; return how many."""
         done = 0
-        for row_id in self._due(limit):
-            if self._claim(row_id):
-                self._advance(row_id)
-                done += 1
+        while done < limit:
+            claimed = self._claim()
+            if claimed is None:
+                break
+            self._advance(*claimed)
+            done += 1
         return done
 
-    def _due(self, limit: int) -> list[int]:
+    def _claim(self) -> tuple[int, int] | None:
+        """Lease the next due row: ``(id, fencing epoch)``, or None. On PostgreSQL the row is
+        picked with ``FOR UPDATE SKIP LOCKED``, so replicas claiming at once take different rows
+        without waiting on each other; the epoch is bumped by every claim, and every later write
+        of this worker names it, so a worker whose lease was taken over writes nothing more."""
         now = self.store.clock()
-        query = (sa.select(outbox.c.id)
-                 .where(outbox.c.phase.not_in(TERMINAL), outbox.c.next_attempt_at <= now,
-                        sa.or_(outbox.c.lease_until.is_(None), outbox.c.lease_until < now))
-                 .order_by(outbox.c.next_attempt_at).limit(limit))
-        with self.store.engine.connect() as conn:
-            return [int(r) for r in conn.execute(query).scalars()]
-
-    def _claim(self, row_id: int) -> bool:
-        now = self.store.clock()
+        free = sa.or_(outbox.c.lease_until.is_(None), outbox.c.lease_until < now)
+        query = (sa.select(outbox.c.id, outbox.c.lease_epoch)
+                 .where(outbox.c.phase.not_in(TERMINAL), outbox.c.next_attempt_at <= now, free)
+                 .order_by(outbox.c.next_attempt_at).limit(1))
+        if not self.store.is_sqlite:
+            query = query.with_for_update(skip_locked=True)
         with self.store.transaction() as conn:
-            result = conn.execute(
-                outbox.update().where(outbox.c.id == row_id,
-                                      sa.or_(outbox.c.lease_until.is_(None), outbox.c.lease_until < now))
-                .values(lease_until=now + self.lease_s, lease_owner=self.owner))
-            return bool(result.rowcount == 1)
+            row = conn.execute(query).first()
+            if row is None:
+                return None
+            epoch = int(row.lease_epoch) + 1
+            conn.execute(outbox.update().where(outbox.c.id == row.id, outbox.c.lease_epoch == row.lease_epoch)
+                         .values(lease_until=now + self.lease_s, lease_owner=self.owner, lease_epoch=epoch))
+        return int(row.id), epoch
 
-    def _advance(self, row_id: int) -> None:
-        row, job, uri = self._load(row_id)
-        ref = JobRef(job["id"], job["tenant"], job["external_ref"], dict(job["target_options"] or {}))
+    def _advance(self, row_id: int, epoch: int) -> None:
+        try:
+            self._advance_fenced(row_id, epoch)
+        except LeaseLost:
+            log.warning("outbox row %d: lease %d taken over by another worker; leaving it", row_id, epoch)
+
+    def _advance_fenced(self, row_id: int, epoch: int) -> None:
+        self.epoch = epoch
+        row, job, uri, scope = self._load(row_id)
+        ref = JobRef(job["id"], job["tenant"], job["external_ref"], dict(job["target_options"] or {}),
+                     scope=scope or {})
         phase = row["phase"]
         try:
             adapter = self.adapters.get(job["target"])
             while phase not in TERMINAL:
+                previous = phase
                 phase, wait_until = self._step(phase, adapter, ref, row, job, uri)
-                self._save(row_id, phase, wait_until)
+                self._save(row_id, phase, wait_until, entered=phase != previous)
                 if wait_until is not None:
                     return
         except (AdapterError, UnknownTarget) as exc:
@@ -115,6 +134,8 @@ class Worker(DaemonLoop):
     ) -> tuple[str, float | None]:
         """Run one phase; return the next phase and, if it must wait, until when."""
         now = self.store.clock()
+        if phase in ("pin", "signal", "hard_stop"):  # before anything that changes the job
+            adapter.check_owner(ref)
         if phase == "pin":
             adapter.pin_checkpoint(ref, uri)
             return "signal", None
@@ -141,34 +162,45 @@ class Worker(DaemonLoop):
         raise RuntimeError(f"outbox row {row['id']} has unknown phase {phase!r}")
 
     # -- persistence --------------------------------------------------------------------------
-    def _load(self, row_id: int) -> tuple[RowMapping, RowMapping, str | None]:
+    def _load(self, row_id: int) -> tuple[RowMapping, RowMapping, str | None, dict[str, Any] | None]:
         with self.store.engine.connect() as conn:
             row = conn.execute(sa.select(outbox).where(outbox.c.id == row_id)).mappings().one()
             job = conn.execute(sa.select(jobs).where(jobs.c.id == row["job_id"])).mappings().one()
             uri = conn.execute(sa.select(decisions.c.best_checkpoint_uri)
                                .where(decisions.c.id == row["decision_id"])).scalar()
-        return row, job, uri
+            scope = conn.execute(sa.select(tenants.c.scope).where(tenants.c.name == job["tenant"])).scalar()
+        return row, job, uri, scope
 
-    def _set(self, row_id: int, **values: Any) -> None:
-        with self.store.transaction() as conn:
-            conn.execute(outbox.update().where(outbox.c.id == row_id, outbox.c.lease_owner == self.owner)
-                         .values(**values))
+    def _set(self, row_id: int, event: dict[str, Any] | None = None, conn: Any = None, **values: Any) -> None:
+        """Update the row if this worker's lease (its fencing epoch) still holds it, else raise
+        :class:`LeaseLost`; with ``event``, add a line to its delivery history
+        (``delivery_events``) in the same transaction."""
+        if conn is None:
+            with self.store.transaction() as conn:
+                self._set(row_id, event, conn, **values)
+            return
+        fenced = outbox.update().where(outbox.c.id == row_id, outbox.c.lease_epoch == self.epoch)
+        if conn.execute(fenced.values(**values)).rowcount != 1:
+            raise LeaseLost(row_id)
+        if event is not None:
+            _add_event(conn, row_id, event, self.store.clock())
 
     def _signalled_at(self, row_id: int) -> float:
         with self.store.engine.connect() as conn:
             value = conn.execute(sa.select(outbox.c.signalled_at).where(outbox.c.id == row_id)).scalar()
         return float(value if value is not None else self.store.clock())
 
-    def _save(self, row_id: int, phase: str, wait_until: float | None) -> None:
-        values: dict[str, Any] = {"phase": phase, "attempts": 0, "last_error": None}
+    def _save(self, row_id: int, phase: str, wait_until: float | None, *, entered: bool = True) -> None:
+        values: dict[str, Any] = {"phase": phase, "attempts": 0, "last_error": None,
+                                  "lease_until": self.store.clock() + self.lease_s}  # renewed per phase
         if wait_until is not None or phase in TERMINAL:
             next_at = wait_until if wait_until is not None else self.store.clock()
             values.update(lease_until=None, lease_owner=None, next_attempt_at=next_at)
-        self._set(row_id, **values)
+        self._set(row_id, {"phase": phase, "attempts": 0} if entered else None, **values)
 
     def _delivered(self, row_id: int, job: RowMapping, now: float) -> None:
         with self.store.transaction() as conn:
-            conn.execute(outbox.update().where(outbox.c.id == row_id).values(delivered_at=now))
+            self._set(row_id, None, conn, delivered_at=now)
             conn.execute(jobs.update().where(jobs.c.id == job["id"]).values(state="stopped", stopped_at=now))
         if self.metrics is not None:
             self.metrics.stops_enforced.labels(target=job["target"]).inc()
@@ -179,9 +211,9 @@ class Worker(DaemonLoop):
 
     def _failed_attempt(self, row_id: int, row: RowMapping, job: RowMapping, exc: Exception) -> None:
         with self.store.engine.connect() as conn:
-            query = sa.select(outbox.c.attempts).where(outbox.c.id == row_id)
-            attempts = int(conn.execute(query).scalar_one())
-        attempts += 1
+            query = sa.select(outbox.c.attempts, outbox.c.phase).where(outbox.c.id == row_id)
+            attempts, phase = conn.execute(query).one()
+        attempts = int(attempts) + 1
         retryable = isinstance(exc, UnknownTarget) or bool(getattr(exc, "retryable", False))
         message = f"{type(exc).__name__}: {exc}"[:1000]
         if self.metrics is not None:
@@ -191,9 +223,17 @@ class Worker(DaemonLoop):
         if retryable and attempts < self.retry.max_attempts:
             values["next_attempt_at"] = self.store.clock() + self.retry.delay(attempts)
             log.warning("stop of job %s: attempt %d failed (%s); retrying", job["id"], attempts, message)
-            self._set(row_id, **values)
+            self._set(row_id, {"phase": phase, "attempts": attempts, "error": message}, **values)
             return
         log.error("stop of job %s failed for good after %d attempts: %s", job["id"], attempts, message)
         with self.store.transaction() as conn:
-            conn.execute(outbox.update().where(outbox.c.id == row_id).values(phase="failed", **values))
+            event = {"phase": "failed", "attempts": attempts, "error": f"in {phase}: {message}"[:1000]}
+            self._set(row_id, event, conn, phase="failed", **values)
             conn.execute(jobs.update().where(jobs.c.id == job["id"]).values(state="stop_failed"))
+
+
+def _add_event(conn: Any, row_id: int, event: dict[str, Any], now: float) -> None:
+    """One line of a stop's delivery history (see :mod:`evalstop.service.controls`)."""
+    job_id = sa.select(outbox.c.job_id).where(outbox.c.id == row_id).scalar_subquery()
+    conn.execute(delivery_events.insert().values(outbox_id=row_id, job_id=job_id, created_at=now,
+                                                 **{"error": None, **event}))

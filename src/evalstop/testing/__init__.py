@@ -14,7 +14,10 @@ from .detector_contract import (
     check_detector,
     check_frozen,
     check_history,
+    check_incremental,
     check_prefixes,
+    check_state_bounded,
+    long_noisy_history,
 )
 
 __all__ = [
@@ -26,5 +29,8 @@ __all__ = [
     "check_detector",
     "check_frozen",
     "check_history",
+    "check_incremental",
     "check_prefixes",
+    "check_state_bounded",
+    "long_noisy_history",
 ]

@@ -10,17 +10,24 @@ and what broke. ``check_detector`` runs them all:
 - bad data: making the score, loss or progress of eval j NaN/inf/missing never creates a stop
   at j;
 - best checkpoint: ``best_score`` is the best valid score (by ``mode``) up to the stop, at its
-  first occurrence, and ``n_invalid`` counts the skipped scores.
+  first occurrence, and ``n_invalid`` counts the skipped scores;
+- incremental: folding ``update`` gives ``evaluate`` of every prefix, never changes the state it
+  is given, and a state that goes through ``json.dumps(allow_nan=False)``/``json.loads`` at any
+  point gives the same decisions afterwards (so does a ``Monitor`` saved with ``to_json``);
+- bounded state: however long the history, the state never holds more per-eval values than the
+  rule's ``state_window`` (``check_state_bounded``, on a long noisy curve).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import json
 import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..detectors import Decision, Detector, Eval, Verdict, format_spec, parse_spec
+from ..detectors import Decision, Detector, Eval, Monitor, Verdict, format_spec, parse_spec
 
 _NAN = math.nan
 _INF = math.inf
@@ -160,6 +167,83 @@ def check_corruption(detector: Detector, evals: Sequence[Eval], verdict: Verdict
                 raise _fail(detector, f"{field}={bad!r} at eval {j} made the rule fire there", evals)
 
 
+def _json_round_trip(value: Any, detector: Detector, evals: Sequence[Eval]) -> Any:
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise _fail(detector, f"state {value!r} is not JSON without NaN/inf ({exc})", evals) from exc
+
+
+def check_incremental(detector: Detector, evals: Sequence[Eval]) -> None:
+    """The fold of ``update`` is ``evaluate`` on every prefix; ``update`` leaves its input state
+    alone; a JSON round trip of the state (or of a ``Monitor``) after any eval changes nothing."""
+    expected = [detector.evaluate(evals[:n]) for n in range(len(evals) + 1)]
+    state = detector.start()
+    if detector.verdict(state) != expected[0]:
+        raise _fail(detector, f"the verdict of start() is {detector.verdict(state)!r}, not {expected[0]!r}")
+    for n, ev in enumerate(evals, start=1):
+        before = copy.deepcopy(state)
+        new, verdict = detector.update(state, ev)
+        if state != before:
+            raise _fail(detector, f"update changed the state it was given at eval {n - 1}", evals)
+        if verdict != expected[n]:
+            raise _fail(detector, f"the fold of update after {n} evals says {verdict!r}, "
+                                  f"evaluate says {expected[n]!r}", evals)
+        state = new
+        if n < len(evals):
+            _check_resume(detector, evals, n, _json_round_trip(state, detector, evals), expected)
+
+
+def _check_resume(
+    detector: Detector, evals: Sequence[Eval], cut: int, state: Any, expected: Sequence[Verdict]
+) -> None:
+    """Resume from a state saved after ``cut`` evals, by ``update`` and as a ``Monitor``."""
+    monitor = Monitor(detector)
+    monitor.observe_many(evals[:cut])
+    monitor = Monitor.from_json(_json_round_trip(monitor.to_json(), detector, evals))
+    for n in range(cut + 1, len(evals) + 1):
+        state, verdict = detector.update(state, evals[n - 1])
+        got = monitor.observe(evals[n - 1])
+        if verdict != expected[n] or got != expected[n]:
+            what = f"after a JSON round trip at eval {cut}, {n} evals say {verdict!r} / {got!r}"
+            raise _fail(detector, f"{what}, not {expected[n]!r}", evals)
+
+
+def state_size(state: Any) -> int:
+    """Values held in the state's lists (the stop record excluded): what ``state_window`` bounds."""
+    return sum(len(v) for k, v in state.items() if isinstance(v, list) and k != "stop")
+
+
+def long_noisy_history(n: int, seed: int = 0) -> list[Eval]:
+    """A noisy curve that rises, falls, recovers and plateaus, with some NaNs and a falling
+    loss: the hard case for windowed rules (no early stop on it is assumed)."""
+    import random
+
+    rng = random.Random(seed)
+    evals = []
+    for i in range(n):
+        phase = (i % 997) / 997.0
+        score = 0.5 + 0.3 * math.sin(6.0 * phase) - 0.1 * phase + rng.gauss(0.0, 0.05)
+        if rng.random() < 0.01:
+            score = _NAN
+        evals.append(Eval(step=i + 1, score=score, progress=min(1.0, (i + 1) / n) * 0.5,
+                          loss=1.0 / (1.0 + i) + 0.01 * rng.random()))
+    return evals
+
+
+def check_state_bounded(detector: Detector, n: int = 3000) -> None:
+    """Fold a long noisy history into a rule that never fires on it (``step`` is called past a
+    stop) and check that its state never holds more than ``state_window`` values."""
+    state = detector.start()
+    largest = 0
+    for index, ev in enumerate(long_noisy_history(n)):
+        state["n"] = index + 1
+        detector.step(state, index, ev)  # ignore stops: keep the state growing if it would
+        largest = max(largest, state_size(state))
+    if largest > detector.state_window:
+        raise _fail(detector, f"the state held {largest} values > state_window={detector.state_window}")
+
+
 def check_detector(detector: Detector, histories: Iterable[Sequence[Eval]] = FIXED_HISTORIES) -> None:
     """Run the whole contract over ``histories`` (default: ``FIXED_HISTORIES``)."""
     check_frozen(detector)
@@ -168,6 +252,7 @@ def check_detector(detector: Detector, histories: Iterable[Sequence[Eval]] = FIX
         check_history(detector, evals, verdict)
         check_best(detector, evals, verdict)
         check_corruption(detector, evals, verdict)
+        check_incremental(detector, evals)
 
 
 def _finite(value: float | None) -> bool:

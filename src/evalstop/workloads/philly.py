@@ -1,8 +1,8 @@
 """Trace-driven workloads: arrivals, job sizes and durations from the Microsoft Philly trace.
 
 The trace (``philly.csv``: ``timestamp,duration,num_gpus,gpu_time,cluster``, one row per job;
-see ``../shared/data/NOTICE.md``) has no notion of LoRA, DPO or RLHF, and no eval curves. The
-loader keeps what the trace knows and draws the rest from the synthetic model:
+shipped compressed in ``evalstop/data``, see its ``NOTICE.md``) has no notion of LoRA, DPO or
+RLHF, and no eval curves. The loader keeps what the trace knows and draws the rest from the synthetic model:
 
 1. **Filter.** Jobs shorter than ``min_duration_s`` (10 min: mostly failed or debug runs, which
    never reach an eval) or longer than ``max_duration_s`` (2 days) are dropped, and so are jobs
@@ -35,18 +35,16 @@ from pathlib import Path
 import numpy as np
 
 from .._validation import check_float
+from ..data import philly_path, read_philly_bytes
 from .model import KINDS, JobColumns, Workload, WorkloadConfig, build_workload
 
 __all__ = ["PhillyTrace", "TraceSpec", "default_trace_path", "generate_from_trace", "load_trace"]
 
-#: Where the trace lives relative to the repository (``../shared`` beside the checkout).
-_RELATIVE = Path("shared") / "data" / "philly" / "philly.csv"
-
 
 @dataclass(frozen=True)
 class TraceSpec:
-    """Which trace to read and which of its jobs to keep. ``path`` None means the default
-    location (:func:`default_trace_path`)."""
+    """Which trace to read and which of its jobs to keep. ``path`` None means the packaged
+    trace (:func:`default_trace_path`); a path may be a ``.csv`` or a ``.csv.gz``."""
 
     path: str | None = None
     min_duration_s: float = 600.0
@@ -59,10 +57,6 @@ class TraceSpec:
 
     def resolve(self) -> Path:
         path = Path(self.path) if self.path is not None else default_trace_path()
-        if path is None:
-            raise FileNotFoundError(
-                f"Philly trace not found: set $EVALSTOP_PHILLY or put it at ../{_RELATIVE} beside the repo"
-            )
         if not path.is_file():
             raise FileNotFoundError(f"Philly trace not found at {path}")
         return path
@@ -79,23 +73,16 @@ class PhillyTrace:
     digest: str
 
 
-def default_trace_path() -> Path | None:
-    """``$EVALSTOP_PHILLY`` if set, else the first ``shared/data/philly/philly.csv`` found
-    beside the current directory or the source checkout, else None."""
+def default_trace_path() -> Path:
+    """``$EVALSTOP_PHILLY`` if set (another copy of the trace), else the packaged trace."""
     env = os.environ.get("EVALSTOP_PHILLY")
-    if env:
-        return Path(env)
-    here = Path(__file__).resolve()
-    for base in (Path.cwd(), *Path.cwd().parents[:3], *here.parents[:6]):
-        if (base / _RELATIVE).is_file():
-            return base / _RELATIVE
-    return None
+    return Path(env) if env else philly_path()
 
 
 @lru_cache(maxsize=4)
 def load_trace(path: str) -> PhillyTrace:
     """Read and sort the trace at ``path`` (cached per process)."""
-    raw = Path(path).read_bytes()
+    raw = read_philly_bytes(Path(path))
     rows = list(csv.DictReader(raw.decode().splitlines()))
     if not rows or not {"timestamp", "duration", "num_gpus", "gpu_time"} <= set(rows[0]):
         raise ValueError(f"{path}: expected columns timestamp,duration,num_gpus,gpu_time")

@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from evalstop._validation import check_choice
-from evalstop.service.adapters._base import AdapterError, EnforcementAdapter, JobRef
+from evalstop.service.adapters._base import AdapterError, EnforcementAdapter, JobRef, NotOwned
 
-__all__ = ["ADAPTERS", "AdapterError", "EnforcementAdapter", "JobRef", "get_adapter"]
+__all__ = ["ADAPTERS", "AdapterError", "EnforcementAdapter", "JobRef", "NotOwned", "get_adapter"]
 
 # name -> (module, class or factory); modules are imported only when an adapter is built.
 ADAPTERS: dict[str, tuple[str, str]] = {

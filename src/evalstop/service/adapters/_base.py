@@ -25,12 +25,35 @@ class JobRef:
     tenant: str
     external_ref: str
     options: Mapping[str, Any] = field(default_factory=dict)
+    #: The tenant's declared scope (:class:`evalstop.service.scopes.TenantScope` as a dict). The
+    #: service always sets it ({} = nothing allowed); None means a trusted caller without
+    #: tenants (library use): no ownership check, pins wherever the URI points.
+    scope: Mapping[str, Any] | None = None
 
 
 class AdapterError(RuntimeError):
     def __init__(self, message: str, *, retryable: bool) -> None:
         super().__init__(message)
         self.retryable = retryable
+
+
+class NotOwned(AdapterError):
+    """The backend says the job is not the tenant's (another account, namespace, metadata): the
+    stop is refused for good."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retryable=False)
+
+
+def scope_section(job: JobRef, target: str) -> Mapping[str, Any] | None:
+    """The ``target`` section of the job's scope; None when the caller is unscoped (library use).
+    A scoped job without that section is refused."""
+    if job.scope is None:
+        return None
+    section = job.scope.get(target)
+    if not isinstance(section, Mapping):
+        raise NotOwned(f"job {job.job_id}: tenant {job.tenant!r} has no {target} scope")
+    return section
 
 
 class EnforcementAdapter(ABC):
@@ -51,6 +74,11 @@ class EnforcementAdapter(ABC):
     @abstractmethod
     def is_stopped(self, job: JobRef) -> bool:
         """Reconcile: True once the job no longer holds its resources."""
+
+    def check_owner(self, job: JobRef) -> None:  # noqa: B027 - adapters with a backend override it
+        """Raise :class:`NotOwned` unless the backend says the job lies in ``job.scope``. A job
+        the backend no longer knows passes (there is nothing to act on). The worker calls this
+        before every action that changes the job."""
 
     def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Release what the adapter holds (HTTP connection pools); call at shutdown."""

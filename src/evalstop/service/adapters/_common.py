@@ -48,7 +48,7 @@ def import_httpx(owner: str) -> Any:
         import httpx
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise ImportError(
-            f"The {owner} adapter needs httpx: pip install 'evalstop[service]'"
+            f"The {owner} adapter needs httpx: pip install -e '.[service]'"
         ) from exc
     return httpx
 
@@ -122,6 +122,26 @@ def already_pinned(path: Path, checkpoint_uri: str) -> bool:
         return False
 
 
+def _confined_pin(job: JobRef, checkpoint_uri: str, path: Path, adapter: str) -> Path | None:
+    """The marker written under the tenant's checkpoint roots (see :mod:`._pinfs`), or None when
+    refused (logged: the stop goes on, the pin_dir record and the decision still name the URI)."""
+    from evalstop.service.adapters._pinfs import PinRefused, write_confined_marker
+    from evalstop.service.scopes import has_traversal, local_roots
+
+    roots = local_roots(list(job.scope.get("checkpoint_prefixes") or ())) if job.scope else []
+    try:
+        if has_traversal(checkpoint_uri):
+            raise PinRefused(f"{checkpoint_uri!r} contains a '.' or '..' segment")
+        record = pin_record(job, checkpoint_uri, adapter)
+        written = write_confined_marker(str(path), roots, PIN_MARKER, record)
+    except PinRefused as exc:
+        log.warning("job %s: pin marker refused: %s", job.job_id, exc)
+        return None
+    except OSError as exc:
+        raise AdapterError(f"pin {checkpoint_uri} for job {job.job_id}: {exc}", retryable=True) from exc
+    return Path(written)
+
+
 def write_pin_marker(job: JobRef, checkpoint_uri: str, adapter: str, pin_dir: str | None) -> list[Path]:
     """Write the pin where something can see it; return the marker files (existing ones count).
 
@@ -129,8 +149,12 @@ def write_pin_marker(job: JobRef, checkpoint_uri: str, adapter: str, pin_dir: st
     ``pin_dir`` set, ``<pin_dir>/<tenant>/<job_id>.json`` records the pin for any URI scheme.
     """
     targets: list[Path] = []
+    confined: list[Path] = []
     path = local_path(checkpoint_uri)
-    if path is not None and path.exists():
+    if path is not None and job.scope is not None:  # a tenant's job: only under its declared roots
+        marker = _confined_pin(job, checkpoint_uri, path, adapter)
+        confined = [] if marker is None else [marker]
+    elif path is not None and path.exists():
         targets.append(path / PIN_MARKER if path.is_dir() else path.with_name(path.name + PIN_MARKER))
     if pin_dir:
         targets.append(Path(pin_dir) / job.tenant / f"{job.job_id}.json")
@@ -143,6 +167,7 @@ def write_pin_marker(job: JobRef, checkpoint_uri: str, adapter: str, pin_dir: st
             except OSError as exc:
                 message = f"pin {checkpoint_uri} for job {job.job_id}: {exc}"
                 raise AdapterError(message, retryable=True) from exc
+    targets = confined + targets
     if not targets:
         log.warning("job %s: checkpoint %s is not local and no pin_dir is set; pin recorded by the "
                     "service only", job.job_id, checkpoint_uri)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from evalstop.service.adapters._base import AdapterError, EnforcementAdapter, JobRef
+from evalstop.service.adapters._base import AdapterError, EnforcementAdapter, JobRef, NotOwned, scope_section
 from evalstop.service.adapters._common import (
     RETRYABLE_STATUS,
     fail_for_status,
@@ -106,6 +106,28 @@ class KubernetesAdapter(EnforcementAdapter):
         return f"/apis/kueue.x-k8s.io/{self.kueue_version}/namespaces/{namespace}/workloads"
 
     # --- steps --------------------------------------------------------------------------------
+    def check_owner(self, job: JobRef) -> None:
+        """The namespace is one of the scope's, and the object carries every label of the
+        scope's selector (read from the API server, not from the registration)."""
+        scope = scope_section(job, self.name)
+        if scope is None:
+            return
+        namespace = job.external_ref.partition("/")[0]
+        if namespace not in (scope.get("namespaces") or ()):
+            raise NotOwned(f"job {job.job_id}: namespace {namespace!r} is outside tenant "
+                           f"{job.tenant!r}'s scope")
+        wanted = dict(scope.get("labels") or {})
+        if not wanted:
+            return
+        obj = self._call("GET", self._object_path(job), f"k8s owner check for job {job.job_id}")
+        if obj is None:
+            return
+        labels = obj.get("metadata", {}).get("labels") or {}
+        wrong = {k: labels.get(k) for k, v in wanted.items() if labels.get(k) != v}
+        if wrong:
+            raise NotOwned(f"job {job.job_id}: {job.external_ref} has labels {wrong}, outside tenant "
+                           f"{job.tenant!r}'s selector {wanted}")
+
     def pin_checkpoint(self, job: JobRef, checkpoint_uri: str | None) -> None:
         if checkpoint_uri is None:
             return

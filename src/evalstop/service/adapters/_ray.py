@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
-from evalstop.service.adapters._base import AdapterError, EnforcementAdapter, JobRef
+from evalstop.service.adapters._base import AdapterError, EnforcementAdapter, JobRef, NotOwned, scope_section
 from evalstop.service.adapters._common import (
     fail_for_status,
     import_httpx,
@@ -50,16 +50,41 @@ class RayJobsAdapter(EnforcementAdapter):
             raise AdapterError(f"job {job.job_id}: empty Ray submission id", retryable=False)
         return f"/api/jobs/{quote(job.external_ref, safe='')}{suffix}"
 
-    def status(self, job: JobRef) -> str | None:
-        """The Ray job status (``RUNNING``, ``STOPPED``...), or None if Ray does not know it."""
+    def info(self, job: JobRef) -> dict[str, Any] | None:
+        """Ray's record of the job (status, metadata...), or None if Ray does not know it."""
         what = f"ray status of job {job.job_id} ({job.external_ref})"
         resp = send(self._client, "GET", self._path(job), what=what)
         if resp.status_code == 404:
             return None
         fail_for_status(resp, what)
         reply = json_body(resp, what)
-        status = reply.get("status") if isinstance(reply, dict) else None
+        return reply if isinstance(reply, dict) else {}
+
+    def status(self, job: JobRef) -> str | None:
+        """The Ray job status (``RUNNING``, ``STOPPED``...), or None if Ray does not know it."""
+        reply = self.info(job)
+        status = reply.get("status") if reply is not None else None
         return str(status) if status is not None else None
+
+    def check_owner(self, job: JobRef) -> None:
+        """The submission id has one of the scope's prefixes, and the job was submitted with
+        every ``metadata`` key/value the scope names (``ray job submit --metadata-json``)."""
+        scope = scope_section(job, self.name)
+        if scope is None:
+            return
+        prefixes = tuple(scope.get("job_id_prefixes") or ())
+        if prefixes and not job.external_ref.startswith(prefixes):
+            raise NotOwned(f"job {job.job_id}: Ray job {job.external_ref!r} lacks the prefixes "
+                           f"{list(prefixes)}")
+        wanted = dict(scope.get("metadata") or {})
+        reply = self.info(job) if wanted else None
+        if reply is None:
+            return
+        metadata = reply.get("metadata") or {}
+        wrong = {k: metadata.get(k) for k, v in wanted.items() if metadata.get(k) != v}
+        if wrong:
+            raise NotOwned(f"job {job.job_id}: Ray job {job.external_ref!r} has metadata {wrong}, outside "
+                           f"tenant {job.tenant!r}'s scope {wanted}")
 
     def _stop(self, job: JobRef, verb: str) -> None:
         what = f"ray {verb} of job {job.job_id} ({job.external_ref})"

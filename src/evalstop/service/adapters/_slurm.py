@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from evalstop.service.adapters._base import AdapterError, EnforcementAdapter, JobRef
+from evalstop.service.adapters._base import AdapterError, EnforcementAdapter, JobRef, NotOwned, scope_section
 from evalstop.service.adapters._common import setting_float, write_pin_marker
 
 log = logging.getLogger("evalstop.service.adapters.slurm")
@@ -28,6 +28,14 @@ GONE_MARKERS = ("Invalid job id", "already finished", "Job/step already completi
 TRANSIENT_MARKERS = ("Socket timed out", "Unable to contact slurm controller", "Connection refused",
                      "Slurm backup controller in standby mode", "Resource temporarily unavailable",
                      "retrying", "can not be altered now", "try again later")
+
+
+#: Exit statuses that carry a Slurm error number. ``scontrol`` (and ``scancel`` for some
+#: errors) exit with ``slurm_errno & 0xff``; ``1`` is the generic failure, classified by message.
+#: 2017 ESLURM_INVALID_JOB_ID, 2021 ESLURM_ALREADY_DONE ("Job/step already completing or
+#: completed") are "gone"; 2020 ESLURM_TRANSITION_STATE_NO_UPDATE ("can not be altered now") is
+#: retryable. Messages recorded from the real Slurm (tests/enforce/test_enforce_slurm.py).
+EXIT_CODES = {2017 & 0xFF: "gone", 2021 & 0xFF: "gone", 2020 & 0xFF: "retry"}
 
 
 @dataclass(frozen=True)
@@ -42,9 +50,10 @@ def classify(what: str, result: Result) -> str:
     if result.returncode == 0 and not any(m in result.stderr for m in GONE_MARKERS):
         return "ok"
     text = f"{result.stdout} {result.stderr}"
-    if any(m in text for m in GONE_MARKERS):
+    by_code = EXIT_CODES.get(result.returncode)
+    if by_code == "gone" or any(m in text for m in GONE_MARKERS):
         return "gone"
-    retryable = any(m in text for m in TRANSIENT_MARKERS)
+    retryable = by_code == "retry" or any(m in text for m in TRANSIENT_MARKERS)
     detail = result.stderr.strip()[:300]
     raise AdapterError(f"{what}: exit {result.returncode}: {detail}", retryable=retryable)
 
@@ -57,6 +66,33 @@ def slurm_job_id(job: JobRef) -> str:
         raise AdapterError(f"job {job.job_id}: external_ref must be a Slurm job id like '1234' or "
                            f"'1234_7', got {ref!r}", retryable=False)
     return ref
+
+
+def check_slurm_owner(job: JobRef, records: Sequence[Mapping[str, str]]) -> None:
+    """Refuse unless every record (one per array task) has an account, user and partition the
+    tenant's slurm scope allows (an empty list in the scope allows any)."""
+    scope = scope_section(job, "slurm")
+    if scope is None:
+        return
+    for record in records:
+        for key, allowed in (("account", scope.get("accounts")), ("user", scope.get("users")),
+                             ("partition", scope.get("partitions"))):
+            if allowed and record.get(key) not in allowed:
+                raise NotOwned(f"job {job.job_id}: Slurm job {job.external_ref} has {key} "
+                               f"{record.get(key)!r}, outside tenant {job.tenant!r}'s scope "
+                               f"({key}s {list(allowed)})")
+
+
+def parse_show_job(text: str) -> list[dict[str, str]]:
+    """``scontrol show job -o`` (one line per job record) -> account, user, partition."""
+    records = []
+    for line in text.splitlines():
+        fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
+        if "JobId" in fields:
+            records.append({"account": fields.get("Account", ""),
+                            "user": fields.get("UserId", "").split("(", 1)[0],
+                            "partition": fields.get("Partition", "")})
+    return records
 
 
 def make_slurm_adapter(settings: Mapping[str, Any]) -> EnforcementAdapter:
@@ -102,6 +138,14 @@ class SlurmAdapter(EnforcementAdapter):
 
     def _job_id(self, job: JobRef) -> str:
         return slurm_job_id(job)
+
+    def check_owner(self, job: JobRef) -> None:
+        if job.scope is None:
+            return
+        result = self.run(["scontrol", "show", "job", "-o", self._job_id(job)])
+        if classify(f"slurm owner check for job {job.job_id}", result) == "gone":
+            return
+        check_slurm_owner(job, parse_show_job(result.stdout))
 
     def pin_checkpoint(self, job: JobRef, checkpoint_uri: str | None) -> None:
         if checkpoint_uri is None:

@@ -22,7 +22,7 @@ from evalstop.service.adapters._common import (
     setting_str,
     write_pin_marker,
 )
-from evalstop.service.adapters._slurm import TERMINAL, Result, classify, slurm_job_id
+from evalstop.service.adapters._slurm import TERMINAL, Result, check_slurm_owner, classify, slurm_job_id
 
 
 class SlurmRestAdapter(EnforcementAdapter):
@@ -73,6 +73,16 @@ class SlurmRestAdapter(EnforcementAdapter):
             state = entry.get("job_state")  # a string up to v0.0.39, a list of flags after
             states.append(str(state[0] if isinstance(state, list) and state else state))
         return states
+
+    def check_owner(self, job: JobRef) -> None:
+        if job.scope is None:
+            return
+        outcome, body = self._call("GET", job, f"slurm owner check for job {job.job_id}")
+        if outcome == "gone":
+            return
+        records = [{"account": str(e.get("account") or ""), "user": str(e.get("user_name") or ""),
+                    "partition": str(e.get("partition") or "")} for e in body.get("jobs", [])]
+        check_slurm_owner(job, records)
 
     def pin_checkpoint(self, job: JobRef, checkpoint_uri: str | None) -> None:
         if checkpoint_uri is None:

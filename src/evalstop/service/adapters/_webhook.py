@@ -18,7 +18,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from evalstop.service.adapters._base import AdapterError, EnforcementAdapter, JobRef
+from evalstop.service.adapters._base import AdapterError, EnforcementAdapter, JobRef, NotOwned, scope_section
 from evalstop.service.adapters._common import (
     fail_for_status,
     import_httpx,
@@ -49,6 +49,15 @@ def verify_signature(
     return abs(age) <= max_age_s and hmac.compare_digest(sign(secret, timestamp, body), signature)
 
 
+def idempotency_key(job_id: str, action: str, checkpoint_uri: str | None) -> str:
+    """``<job_id>:<action>[:<sha256 of the URI, 32 hex>]``: ASCII whatever the URI holds
+    (non-ASCII, CR/LF), and the same for a repeated action."""
+    key = f"{job_id}:{action}"
+    if checkpoint_uri:
+        key += ":" + hashlib.sha256(checkpoint_uri.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return key
+
+
 class WebhookAdapter(EnforcementAdapter):
     name = "webhook"
 
@@ -70,13 +79,13 @@ class WebhookAdapter(EnforcementAdapter):
         }
         body = json.dumps(payload, sort_keys=True).encode()
         ts = str(int(time.time()))
-        key = f"{job.job_id}:{action}" + (f":{checkpoint_uri}" if checkpoint_uri else "")
         headers = {
             "Content-Type": "application/json", TIMESTAMP_HEADER: ts,
-            SIGNATURE_HEADER: sign(self._secret, ts, body), "Idempotency-Key": key,
+            SIGNATURE_HEADER: sign(self._secret, ts, body),
+            "Idempotency-Key": idempotency_key(job.job_id, action, checkpoint_uri),
         }
         what = f"webhook {action} for job {job.job_id}"
-        resp = send(self._client, "POST", self.url, what=what, content=body, headers=headers)
+        resp = send(self._client, "POST", self.url_for(job), what=what, content=body, headers=headers)
         if resp.status_code in GONE:
             return {"stopped": True, "gone": True}
         if resp.status_code == 409:
@@ -86,6 +95,26 @@ class WebhookAdapter(EnforcementAdapter):
             return resp.json()
         except ValueError:
             return {}
+
+    def url_for(self, job: JobRef) -> str:
+        """The job's ``url`` option (a receiver per tenant), else the configured URL."""
+        url = job.options.get("url", self.url)
+        if not isinstance(url, str):
+            raise AdapterError(f"job {job.job_id}: option 'url' must be a string, got {url!r}",
+                               retryable=False)
+        return url
+
+    def check_owner(self, job: JobRef) -> None:
+        """The URL posted to is still under one of the tenant's prefixes (the scope may have
+        shrunk since registration)."""
+        from evalstop.service.scopes import url_within
+
+        scope = scope_section(job, self.name)
+        if scope is None:
+            return
+        url = self.url_for(job)
+        if not any(url_within(url, p) for p in scope.get("url_prefixes") or ()):
+            raise NotOwned(f"job {job.job_id}: webhook URL {url!r} is outside tenant {job.tenant!r}'s scope")
 
     def pin_checkpoint(self, job: JobRef, checkpoint_uri: str | None) -> None:
         if checkpoint_uri is not None:

@@ -37,7 +37,7 @@ class MlflowPoller(Poller):
             try:
                 from mlflow.tracking import MlflowClient
             except ImportError as exc:  # pragma: no cover - depends on the install
-                raise ImportError("the MLflow poller needs mlflow: pip install 'evalstop[pull]'") from exc
+                raise ImportError("the MLflow poller needs mlflow: pip install -e '.[pull]'") from exc
             self._client = MlflowClient(tracking_uri=self.tracking_uri)
         return self._client
 

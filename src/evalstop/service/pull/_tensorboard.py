@@ -36,7 +36,7 @@ class TensorBoardPoller(Poller):
             try:
                 from tensorboard.backend.event_processing import event_accumulator as ea
             except ImportError as exc:  # pragma: no cover - depends on the install
-                message = "the TensorBoard poller needs tensorboard: pip install 'evalstop[pull]'"
+                message = "the TensorBoard poller needs tensorboard: pip install -e '.[pull]'"
                 raise ImportError(message) from exc
             self._accumulators[job_key] = ea.EventAccumulator(
                 str(self.logdirs[job_key]), size_guidance={ea.SCALARS: 0, ea.TENSORS: 0})

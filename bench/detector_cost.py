@@ -1,0 +1,107 @@
+"""What one eval costs a stopping rule, and whether that grows with the job's history.
+
+For every registered rule (default parameters) and each history length H, the rule's state is
+built by folding H evals of a long noisy curve that rises, falls, recovers and plateaus (with
+NaNs and a falling loss: ``evalstop.testing.long_noisy_history``), ignoring stops so that the
+state keeps growing if it would. Then ``update(state, next eval)`` is timed on the states after
+H, H+1, ..., H+9 evals (``update`` does not change its input, so each is timed many times; the
+stop flag is cleared so a fired rule still does its work). It prints the mean cost per eval in
+microseconds at each H, the ratio of the cost at the longest history to the cost at the
+shortest (target: <= 3 for every rule; 1.0 = flat), and the size of the state as JSON.
+
+    .venv/bin/python bench/detector_cost.py                  # H = 10, 1000, 10000, 100000
+    .venv/bin/python bench/detector_cost.py --histories 10,1000 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import timeit
+from collections.abc import Sequence
+from typing import Any
+
+DEFAULT_HISTORIES = "10,1000,10000,100000"
+#: Consecutive states timed at each history length, and update calls per state and repeat.
+N_STATES, N_CALLS, N_REPEATS = 10, 200, 5
+
+
+def states_at(detector: Any, evals: Sequence[Any], lengths: Sequence[int]) -> dict[int, list[Any]]:
+    """The rule's states after H, H+1, ..., H+N_STATES-1 evals for each H (stops ignored)."""
+    wanted = {h + j for h in lengths for j in range(N_STATES)}
+    state = detector.start()
+    saved: dict[int, Any] = {}
+    for index, ev in enumerate(evals[: max(wanted) + 1]):
+        if index in wanted:
+            saved[index] = json.loads(json.dumps(state))  # a snapshot, as a service would load it
+        state["n"] = index + 1
+        detector.step(state, index, ev)
+    return {h: [saved[h + j] for j in range(N_STATES)] for h in lengths}
+
+
+def cost_us(detector: Any, states: Sequence[Any], evals: Sequence[Any], first: int) -> float:
+    """Mean wall time of one ``update`` over ``states`` (state j gets eval first + j), in us."""
+    total = 0.0
+    for j, state in enumerate(states):
+        state["stop"] = None
+        ev = evals[first + j]
+        times = timeit.repeat(lambda s=state, e=ev: detector.update(s, e), number=N_CALLS, repeat=N_REPEATS)
+        best = min(times)
+        total += best / N_CALLS
+    return 1e6 * total / len(states)
+
+
+def measure(specs: Sequence[str], lengths: Sequence[int]) -> list[dict[str, Any]]:
+    from evalstop.detectors import parse_spec
+    from evalstop.testing import long_noisy_history
+
+    evals = long_noisy_history(max(lengths) + N_STATES + 1, seed=3)
+    rows = []
+    for spec in specs:
+        detector = parse_spec(spec)
+        states = states_at(detector, evals, lengths)
+        costs = {h: cost_us(detector, states[h], evals, h) for h in lengths}
+        size = len(json.dumps(states[max(lengths)][0], allow_nan=False))
+        rows.append({
+            "rule": spec, "state_window": detector.state_window, "us_per_eval": costs,
+            "ratio": costs[max(lengths)] / costs[min(lengths)], "state_json_bytes": size,
+        })
+    return rows
+
+
+def format_table(rows: Sequence[dict[str, Any]], lengths: Sequence[int]) -> str:
+    head = f"{'rule':<16}" + "".join(f"{'H=' + str(h):>11}" for h in lengths)
+    ratio = f"ratio {max(lengths)}/{min(lengths)}"
+    head += f"{ratio:>18}{'state_window':>14}{'state_bytes':>13}"
+    lines = ["per-eval update cost (us) at history H", head]
+    for r in rows:
+        line = f"{r['rule']:<16}" + "".join(f"{r['us_per_eval'][h]:>11.2f}" for h in lengths)
+        line += f"{r['ratio']:>18.2f}{r['state_window']:>14}{r['state_json_bytes']:>13}"
+        lines.append(line)
+    worst = max(rows, key=lambda r: r["ratio"])
+    lines.append(f"\nworst ratio: {worst['rule']} {worst['ratio']:.2f} (target <= 3)")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from evalstop.detectors import REGISTRY
+
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--histories", default=DEFAULT_HISTORIES,
+                        help=f"comma-separated history lengths (default {DEFAULT_HISTORIES})")
+    parser.add_argument("--rule", action="append", help="spec to measure (repeatable; default: every rule)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    args = parser.parse_args(argv)
+    lengths = sorted({int(h) for h in args.histories.split(",") if h.strip()})
+    if not lengths or lengths[0] < 1:
+        raise SystemExit(f"--histories needs positive lengths. Got {args.histories!r}.")
+    rows = measure(args.rule or sorted(REGISTRY), lengths)
+    print(json.dumps(rows, indent=2) if args.json else format_table(rows, lengths))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Alembic migrations of the service schema (see docs/service.md, "Schema migrations")."""

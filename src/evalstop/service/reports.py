@@ -1,0 +1,111 @@
+"""Per-tenant savings: what shadow mode would have stopped, and the GPU-hours stops reclaimed.
+
+Definitions (docs/metrics.md, "Service savings"): a stop at time ``t`` of a job holding ``gpus``
+GPUs saves
+- ``gpus x max(0, registered_at + expected_duration_s - t)`` when the job was registered with an
+  expected duration (basis ``expected_duration``: the time left to its declared end), else
+- ``gpus x max(0, last_seen - t)``, where ``last_seen`` is when the service last received a
+  score of the job (basis ``lower_bound``: the job was seen running at least that long after
+  ``t``; for an enforced stop this is usually 0).
+For a shadow decision ``t`` is when the rule fired (the decision's time); for an enforced stop,
+when the stop was confirmed (``stopped_at``). The JSON API and the console both call these
+functions, so their numbers agree by construction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import sqlalchemy as sa
+
+from .store import Store, decisions, jobs, scores, tenants
+
+SECONDS_PER_HOUR = 3600.0
+
+
+def gpu_hours_saved(
+    gpus: int, registered_at: float, expected_duration_s: float | None, stop_at: float,
+    last_seen: float | None,
+) -> tuple[float, str]:
+    """GPU-hours a stop at ``stop_at`` saves, and the basis (``expected_duration``/``lower_bound``)."""
+    if expected_duration_s is not None:
+        return gpus * max(0.0, registered_at + expected_duration_s - stop_at) / SECONDS_PER_HOUR, \
+            "expected_duration"
+    seen = stop_at if last_seen is None else last_seen
+    return gpus * max(0.0, seen - stop_at) / SECONDS_PER_HOUR, "lower_bound"
+
+
+def _tenant_names(conn: sa.Connection, tenant: str | None) -> list[str]:
+    if tenant is not None:
+        return [tenant]
+    return [str(n) for n in conn.execute(sa.select(tenants.c.name).order_by(tenants.c.name)).scalars()]
+
+
+def _last_seen() -> sa.ScalarSelect[Any]:
+    return (sa.select(sa.func.max(scores.c.received_at)).where(scores.c.job_id == jobs.c.id)
+            .scalar_subquery())
+
+
+_JOB_COLS = (jobs.c.id, jobs.c.tenant, jobs.c.name, jobs.c.gpus, jobs.c.created_at,
+             jobs.c.expected_duration_s, jobs.c.state)
+
+
+def _job_entry(row: Any, stop_at: float, **extra: Any) -> dict[str, Any]:
+    hours, basis = gpu_hours_saved(row.gpus, row.created_at, row.expected_duration_s, stop_at, row.last_seen)
+    return {"job_id": row.id, "name": row.name, "state": row.state, "gpus": row.gpus,
+            "expected_duration_s": row.expected_duration_s, "stop_at": stop_at, "gpu_hours": hours,
+            "basis": basis, **extra}
+
+
+def _group(
+    names: Iterable[str], entries: list[tuple[str, dict[str, Any]]]
+) -> dict[str, list[dict[str, Any]]]:
+    grouped: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    for name, entry in entries:
+        grouped.setdefault(name, []).append(entry)
+    return grouped
+
+
+def shadow_summary(store: Store, tenant: str | None) -> list[dict[str, Any]]:
+    """Per tenant: the jobs a shadow decision would have stopped, and the GPU-hours that saves."""
+    query = (sa.select(*_JOB_COLS, _last_seen().label("last_seen"), decisions.c.step,
+                       decisions.c.reason, decisions.c.created_at.label("decided_at"))
+             .join(decisions, decisions.c.job_id == jobs.c.id)
+             .where(decisions.c.shadow.is_(True), decisions.c.source == "detector")
+             .order_by(decisions.c.created_at, jobs.c.id))
+    if tenant is not None:
+        query = query.where(jobs.c.tenant == tenant)
+    with store.engine.connect() as conn:
+        names = _tenant_names(conn, tenant)
+        shadow_flags = dict(conn.execute(sa.select(tenants.c.name, tenants.c.shadow)).all())
+        rows = conn.execute(query).all()
+    entries = [(r.tenant, _job_entry(r, r.decided_at, step=r.step, reason=r.reason)) for r in rows]
+    return [{"tenant": name, "shadow": bool(shadow_flags.get(name, False)), "would_stop_jobs": len(found),
+             "gpu_hours": sum(e["gpu_hours"] for e in found),
+             "lower_bound_jobs": sum(e["basis"] == "lower_bound" for e in found), "jobs": found}
+            for name, found in _group(names, entries).items()]
+
+
+def reclaimed(store: Store, tenant: str | None) -> list[dict[str, Any]]:
+    """Per tenant: the jobs whose stop was enforced and confirmed, the GPU-hours reclaimed, and
+    the cumulative total after each stop (``series``, in stop order)."""
+    query = (sa.select(*_JOB_COLS, _last_seen().label("last_seen"), jobs.c.stopped_at)
+             .where(jobs.c.state == "stopped", jobs.c.stopped_at.is_not(None))
+             .order_by(jobs.c.stopped_at, jobs.c.id))
+    if tenant is not None:
+        query = query.where(jobs.c.tenant == tenant)
+    with store.engine.connect() as conn:
+        names = _tenant_names(conn, tenant)
+        rows = conn.execute(query).all()
+    entries = [(r.tenant, _job_entry(r, r.stopped_at)) for r in rows]
+    out = []
+    for name, found in _group(names, entries).items():
+        total, series = 0.0, []
+        for e in found:
+            total += e["gpu_hours"]
+            series.append({"t": e["stop_at"], "gpu_hours": total})
+        out.append({"tenant": name, "stopped_jobs": len(found), "gpu_hours": total,
+                    "lower_bound_jobs": sum(e["basis"] == "lower_bound" for e in found),
+                    "jobs": found, "series": series})
+    return out

@@ -1,0 +1,213 @@
+"""The console in a real headless Chromium against a real ``evalstop serve`` on loopback."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ._support import ADMIN, screenshot, wait_for
+
+httpx = pytest.importorskip("httpx")
+
+
+def hacked_curve(n: int = 36, peak: int = 22) -> list[dict[str, Any]]:
+    """Rises to a peak, then the eval score falls (a reward-hacked run); a small fixed wobble."""
+    out = []
+    for i in range(1, n + 1):
+        rise = 0.32 + 0.4 * (1 - math.exp(-i / 7))
+        fall = 0.012 * max(0, i - peak) ** 1.3
+        out.append({"step": 100 * i, "value": round(rise - fall + 0.006 * math.sin(1.7 * i), 4),
+                    "checkpoint_uri": f"s3://ckpt/run/{100 * i}"})
+    return out
+
+
+def rising_curve(n: int = 15) -> list[dict[str, Any]]:
+    return [{"step": 50 * i, "value": round(0.2 + 0.03 * i + 0.004 * math.cos(i), 4)}
+            for i in range(1, n + 1)]
+
+
+class World:
+    """Tenants and jobs made through the JSON API before the browser comes in."""
+
+    def __init__(self, base: str, down: Path) -> None:
+        self.base, self.down = base, down
+        self.http = httpx.Client(base_url=base, timeout=10)
+        self.admin = {"Authorization": f"Bearer {ADMIN}"}
+        self.a = self._tenant("team-a")
+        self.b = self._tenant("team-b")
+        self.c = self._tenant("team-c", shadow=True)
+        k3 = "evalstop:k=3,against=best"
+        self.stopped = self._job(self.a, "a-llama-rlhf-hacked", detector=k3, gpus=8,
+                                 expected_duration_s=86_400)
+        self.running = self._job(self.a, "a-mistral-dpo", gpus=4)
+        self.shadowed = self._job(self.a, "a-qwen-grpo-shadow", detector=k3, gpus=2, shadow=True,
+                                  expected_duration_s=36_000)
+        self.secret = self._job(self.b, "b-secret-run", gpus=16)
+        self.c_job = self._job(self.c, "c-ppo-shadow-tenant", detector=k3, gpus=8)
+        self._post(self.a, self.stopped, hacked_curve())
+        self._post(self.a, self.running, rising_curve())
+        self._post(self.a, self.shadowed, hacked_curve(30, 14))
+        self._post(self.b, self.secret, rising_curve(8))
+        self._post(self.c, self.c_job, hacked_curve(28, 12))
+        wait_for(lambda: self.get(self.a, f"/v1/jobs/{self.stopped}")["state"] == "stopped", 20,
+                 "the dry-run stop to be delivered")
+
+    def _tenant(self, name: str, **body: Any) -> dict[str, str]:
+        r = self.http.post("/v1/tenants", json={"name": name, **body}, headers=self.admin)
+        assert r.status_code == 201, r.text
+        return {"Authorization": f"Bearer {r.json()['token']}", "token": r.json()["token"]}
+
+    def _job(self, who: dict[str, str], name: str, **body: Any) -> str:
+        payload = {"external_ref": f"raysubmit_{name}", "target": "dry-run", "name": name,
+                   "grace_period_s": 0, **body}
+        r = self.http.post("/v1/jobs", json=payload, headers=self.auth(who))
+        assert r.status_code == 201, r.text
+        return str(r.json()["id"])
+
+    def _post(self, who: dict[str, str], job_id: str, scores: list[dict[str, Any]]) -> None:
+        r = self.http.post(f"/v1/jobs/{job_id}/scores", json={"scores": scores}, headers=self.auth(who))
+        assert r.status_code == 200, r.text
+
+    @staticmethod
+    def auth(who: dict[str, str]) -> dict[str, str]:
+        return {"Authorization": who["Authorization"]}
+
+    def get(self, who: dict[str, str], path: str) -> Any:
+        r = self.http.get(path, headers=self.auth(who))
+        assert r.status_code == 200, r.text
+        return r.json()
+
+
+@pytest.fixture(scope="module")
+def world(server: tuple[str, Path]) -> World:
+    return World(*server)
+
+
+@pytest.fixture
+def page(browser: Any, world: World) -> Any:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    yield context.new_page()
+    context.close()
+
+
+def sign_in(page: Any, world: World, token: str, name: str = "") -> None:
+    page.goto(world.base + "/ui/jobs")
+    assert page.url.endswith("/ui/login")
+    page.fill("input[name=token]", token)
+    page.fill("input[name=name]", name)
+    page.click("button[type=submit]")
+    page.wait_for_url("**/ui/jobs")
+
+
+def listed_ids(page: Any) -> set[str]:
+    ids = page.eval_on_selector_all("#job-rows tr[data-job-id]", "rows => rows.map(r => r.dataset.jobId)")
+    return set(ids)
+
+
+def test_a_tenant_sees_only_its_jobs_and_another_tenants_job_is_not_found(page: Any, world: World) -> None:
+    sign_in(page, world, world.a["token"], "alice")
+    api_ids = {j["id"] for j in world.get(world.a, "/v1/jobs")}
+    assert listed_ids(page) == api_ids >= {world.stopped, world.running, world.shadowed}
+    assert world.secret not in api_ids and world.c_job not in api_ids
+    assert "b-secret-run" not in page.content()
+    response = page.goto(f"{world.base}/ui/jobs/{world.secret}")
+    assert response.status == 404
+    assert "not found" in page.inner_text("#error-title")
+    assert world.http.get(f"/v1/jobs/{world.secret}", headers=world.auth(world.a)).status_code == 404
+
+
+def test_a_stopped_jobs_curve_has_both_markers_at_the_decisions_steps(page: Any, world: World) -> None:
+    sign_in(page, world, world.a["token"])
+    page.click(f"#job-rows tr[data-job-id='{world.stopped}'] a")
+    page.wait_for_selector("#curve")
+    decision = world.get(world.a, f"/v1/jobs/{world.stopped}/decisions")[0]
+    assert decision["source"] == "detector" and not decision["shadow"]
+    assert page.get_attribute("#marker-best", "data-step") == str(decision["best_step"])
+    assert page.get_attribute("#marker-stop", "data-step") == str(decision["step"])
+    counted = page.eval_on_selector_all("circle.counted", "cs => cs.map(c => Number(c.dataset.step))")
+    assert len(counted) == 3 and max(counted) == decision["step"]  # k=3 declines, the last one at the stop
+    assert page.inner_text("#job-state") == "stopped"
+    assert "done" in page.inner_text("#delivery-history")
+    shot = screenshot(page, "job.png")
+    assert shot.stat().st_size > 10_000
+
+
+def test_stop_now_stops_a_running_job_and_the_audit_trail_shows_it(page: Any, world: World) -> None:
+    sign_in(page, world, world.a["token"], "alice")
+    page.goto(f"{world.base}/ui/jobs/{world.running}")
+    assert page.inner_text("#job-state") == "running"
+    page.fill("#override-form input[name=reason]", "reward hacking seen in samples")
+    page.click("#stop-now")
+    page.wait_for_url(f"**/ui/jobs/{world.running}")
+    wait_for(lambda: world.get(world.a, f"/v1/jobs/{world.running}")["state"] == "stopped", 20,
+             "the stop to be delivered by the dry-run adapter")
+    page.reload()
+    assert page.inner_text("#job-state") == "stopped"
+    audit = page.inner_text("#audit")
+    assert "alice" in audit and "stop_now" in audit and "reward hacking seen in samples" in audit
+    assert "console" in audit
+    trail = world.get(world.a, f"/v1/jobs/{world.running}/audit")
+    assert [(t["actor"], t["action"], t["channel"]) for t in trail] == [("alice", "stop_now", "console")]
+    decisions = world.get(world.a, f"/v1/jobs/{world.running}/decisions")
+    assert [(d["source"], d["enforced"]) for d in decisions] == [("override", True)]
+    assert page.get_attribute("#marker-stop", "data-step") == str(decisions[0]["step"])
+
+
+def test_the_shadow_summary_matches_the_api(page: Any, world: World) -> None:
+    sign_in(page, world, ADMIN, "ops")
+    page.goto(world.base + "/ui/savings")
+    for tenant in world.get(world.admin, "/v1/reports/shadow"):
+        section = page.locator(f".shadow-tenant[data-tenant='{tenant['tenant']}']")
+        assert int(section.locator("strong.n-jobs").inner_text()) == tenant["would_stop_jobs"]
+        assert section.locator("strong.gpu-hours").inner_text() == f"{tenant['gpu_hours']:.2f}"
+        listed = section.locator("tr[data-job-id]").evaluate_all("rs => rs.map(r => r.dataset.jobId)")
+        assert listed == [j["job_id"] for j in tenant["jobs"]]
+    got = {t["tenant"]: t for t in world.get(world.admin, "/v1/reports/shadow")}
+    assert [got[t]["would_stop_jobs"] for t in ("team-a", "team-b", "team-c")] == [1, 0, 1]
+    for tenant in world.get(world.admin, "/v1/reports/reclaimed"):
+        row = page.locator(f"#reclaimed tr[data-tenant='{tenant['tenant']}']")
+        assert row.locator(".gpu-hours").inner_text() == f"{tenant['gpu_hours']:.2f}"
+    screenshot(page, "savings.png")
+
+
+def test_the_jobs_list_updates_live_and_filters(page: Any, world: World) -> None:
+    sign_in(page, world, ADMIN, "ops")
+    assert listed_ids(page) >= {world.stopped, world.running, world.secret, world.c_job}
+    row = f"#job-rows tr[data-job-id='{world.secret}']"
+    before = page.inner_text(row)
+    world.http.post(f"/v1/jobs/{world.secret}/scores", json={"step": 10_000, "value": 0.5},
+                    headers=world.auth(world.b))
+    wait_for(lambda: "step 10000" in page.inner_text(row), 10, "the polled rows to show the new eval")
+    assert "step 10000" not in before
+    screenshot(page, "jobs.png")
+    page.select_option("select[name=state]", "stopped")
+    page.click("#filters button[type=submit]")
+    page.wait_for_url("**state=stopped**")
+    states = page.eval_on_selector_all("#job-rows tr[data-job-id] .state", "s => s.map(x => x.innerText)")
+    assert states and set(states) == {"stopped"}
+
+
+def test_a_failed_stop_shows_its_error_and_the_retry_button_delivers_it(page: Any, world: World) -> None:
+    job = world._job(world.a, "a-gemma-failing-target", detector="evalstop:k=3,against=best",
+                     target="receiver-down")
+    world._post(world.a, job, hacked_curve(30, 15))
+    wait_for(lambda: world.get(world.a, f"/v1/jobs/{job}")["state"] == "stop_failed", 20, "the stop to fail")
+    sign_in(page, world, world.a["token"], "alice")
+    page.goto(f"{world.base}/ui/jobs/{job}")
+    assert page.inner_text("#job-state") == "stop_failed"
+    history = page.inner_text("#delivery-history")
+    assert "receiver unreachable" in history and "failed" in history
+    screenshot(page, "job-failed.png")
+    world.down.unlink()  # the receiver is back
+    page.fill("#retry-form input[name=reason]", "receiver restarted")
+    page.click("#retry-stop")
+    wait_for(lambda: world.get(world.a, f"/v1/jobs/{job}")["state"] == "stopped", 20, "the retried stop")
+    page.reload()
+    assert page.inner_text("#job-state") == "stopped"
+    assert [h["phase"] for h in world.get(world.a, f"/v1/jobs/{job}/delivery-history")] == [
+        "queued", "failed", "retry", "signal", "reconcile", "done"]
+    audit = page.inner_text("#audit")
+    assert "retry_stop" in audit and "receiver restarted" in audit and "alice" in audit

@@ -1,0 +1,325 @@
+"""The service attacked by a hostile tenant (issue 9). Each test is one attack that worked against
+the service before this change (commit f76c283) and is refused now. Enforcement-time ownership
+checks against the real Slurm and Ray are in tests/enforce (test_enforce_slurm.py, test_enforce_ray.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from fastapi.testclient import TestClient
+
+from evalstop.service.adapters._common import PIN_MARKER
+from evalstop.service.adapters._webhook import verify_signature
+from evalstop.service.app import create_app
+from evalstop.service.store import jobs
+
+from ._support import ADMIN, Api, make_settings
+
+SECRET = "attack-test-secret"
+
+
+class Backend(BaseHTTPRequestHandler):
+    """A loopback stand-in for the Ray dashboard and a webhook receiver: records every request.
+    Ray answers GET /api/jobs/{id} with the job's metadata (404 when unknown) and POST .../stop."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *_: Any) -> None:
+        pass
+
+    def _reply(self, code: int, payload: Any) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        state = self.server.state  # type: ignore[attr-defined]
+        state["requests"].append(("GET", self.path, dict(self.headers)))
+        ray_id = self.path.removeprefix("/api/jobs/")
+        if ray_id in state["ray_jobs"]:
+            self._reply(200, {"status": "RUNNING", "metadata": state["ray_jobs"][ray_id]})
+        else:
+            self._reply(404, {})
+
+    def do_POST(self) -> None:
+        state = self.server.state  # type: ignore[attr-defined]
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        state["requests"].append(("POST", self.path, dict(self.headers)))
+        if self.path.startswith("/hook"):
+            ok = verify_signature(SECRET, self.headers["X-EvalStop-Timestamp"], body,
+                                  self.headers["X-EvalStop-Signature"])
+            msg = json.loads(body)
+            state["hook"].append((msg["action"], msg["checkpoint_uri"], self.headers["Idempotency-Key"], ok))
+            return self._reply(200, {"stopped": msg["action"] in ("signal", "hard_stop", "status")})
+        self._reply(404, {})
+
+
+@pytest.fixture
+def backend() -> Iterator[tuple[str, dict[str, Any]]]:
+    state: dict[str, Any] = {"requests": [], "ray_jobs": {}, "hook": []}
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Backend)
+    server.state = state  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", state
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def svc(sqlite_url: str, backend: tuple[str, dict[str, Any]]) -> Iterator[Api]:
+    url, _ = backend
+    settings = make_settings(sqlite_url, adapter_settings={
+        "ray": {"address": url, "timeout_s": 5.0}, "kubernetes": {"api_url": url, "verify": False},
+        "webhook": {"url": f"{url}/hook/default", "secret": SECRET, "timeout_s": 5.0}})
+    with TestClient(create_app(settings)) as client:
+        yield Api(client)
+
+
+def tenant(api: Api, name: str, scope: dict[str, Any] | None = None, **body: Any) -> str:
+    r = api.client.post("/v1/tenants", json={"name": name, "scope": scope, **body}, headers=api.as_(ADMIN))
+    assert r.status_code == 201, r.text
+    return str(r.json()["token"])
+
+
+def register(api: Api, token: str, **body: Any) -> Any:
+    payload = {"detector": "evalstop:k=2", "grace_period_s": 0, **body}
+    return api.client.post("/v1/jobs", json=payload, headers=api.as_(token))
+
+
+def stop_now(api: Api, token: str, job_id: str) -> None:
+    r = api.client.put(f"/v1/jobs/{job_id}/override", json={"override": "stop_now"}, headers=api.as_(token))
+    assert r.status_code == 200, r.text
+
+
+def run_worker(api: Api, rounds: int = 5) -> None:
+    for _ in range(rounds):
+        api.ctx.worker.run_once()
+
+
+RAY = {"ray": {"job_id_prefixes": ["raysubmit_"]}}
+
+
+# -- 1. acting on another tenant's job ------------------------------------------------------------
+def test_a_tenant_without_a_scope_cannot_register_backend_jobs(svc: Api) -> None:
+    token = tenant(svc, "mallory")
+    r = register(svc, token, target="ray", external_ref="raysubmit_victim")
+    assert r.status_code == 422 and "has no ray scope" in r.json()["detail"]
+
+
+def test_a_reference_outside_the_scope_is_refused(svc: Api) -> None:
+    token = tenant(svc, "mallory", {"ray": {"job_id_prefixes": ["raysubmit_mallory_"]},
+                                    "kubernetes": {"namespaces": ["team-m"]}})
+    r = register(svc, token, target="ray", external_ref="raysubmit_alice_1")
+    assert r.status_code == 422 and "outside tenant 'mallory'" in r.json()["detail"]
+    r = register(svc, token, target="kubernetes", external_ref="team-a/train")
+    assert r.status_code == 422 and "namespace 'team-a'" in r.json()["detail"]
+
+
+def test_an_external_reference_belongs_to_one_live_job(svc: Api) -> None:
+    alice, mallory = tenant(svc, "alice", RAY), tenant(svc, "mallory", RAY)
+    job = register(svc, alice, target="ray", external_ref="raysubmit_A1").json()
+    r = register(svc, mallory, target="ray", external_ref="raysubmit_A1")
+    assert r.status_code == 409 and "another live job" in r.json()["detail"]
+    assert job["id"] not in r.text  # another tenant's job id never leaks
+    again = register(svc, alice, target="ray", external_ref="raysubmit_A1")
+    assert again.status_code == 409 and f"your job {job['id']}" in again.json()["detail"]
+
+
+def test_the_live_reference_rule_is_a_database_constraint(svc: Api) -> None:
+    alice = tenant(svc, "alice", RAY)
+    job = register(svc, alice, target="ray", external_ref="raysubmit_A1").json()
+    copied = ("tenant", "name", "external_ref", "target", "target_options", "detector", "metric", "mode",
+              "grace_period_s", "gpus", "shadow", "state", "created_at")
+    row = {**{c: job[c] for c in copied}, "id": "f" * 32}
+    with pytest.raises(sa.exc.IntegrityError), svc.ctx.store.transaction() as conn:
+        conn.execute(jobs.insert().values(**row))  # a race past the check: the index refuses it
+    with svc.ctx.store.transaction() as conn:  # a stopped job releases its reference
+        conn.execute(jobs.update().where(jobs.c.id == job["id"]).values(state="stopped"))
+    assert register(svc, alice, target="ray", external_ref="raysubmit_A1").status_code == 201
+
+
+def test_slurm_job_ids_are_compared_canonically(svc: Api) -> None:
+    """Own attack: '01234' is job 1234 to scancel; it must not pass as another reference."""
+    scope = {"slurm": {"accounts": ["a"]}}
+    alice, mallory = tenant(svc, "alice", scope), tenant(svc, "mallory", {"slurm": {"accounts": ["m"]}})
+    assert register(svc, alice, target="slurm", external_ref="1234").status_code == 201
+    for spelled in ("01234", " 1234", "1234 "):
+        assert register(svc, mallory, target="slurm", external_ref=spelled).status_code == 409
+    assert register(svc, mallory, target="slurm", external_ref="12;34").status_code == 422
+
+
+@pytest.mark.parametrize("url", [
+    "http://hooks.example/alice-evil/x",  # a prefix of the string, not of the path
+    "http://hooks.example@evil.example/alice/x",  # credentials that move the host
+    "http://hooks.example:81/alice/x",
+    "http://hooks.example/alice/../bob/x",
+    "http://hooks.example/alice/%2e%2e/bob",
+])
+def test_webhook_urls_must_lie_under_a_declared_prefix(svc: Api, url: str) -> None:
+    token = tenant(svc, "alice", {"webhook": {"url_prefixes": ["http://hooks.example/alice"]}})
+    r = register(svc, token, target="webhook", external_ref="w1", target_options={"url": url})
+    assert r.status_code == 422 and "outside tenant 'alice'" in r.json()["detail"]
+    ok = register(svc, token, target="webhook", external_ref="w2",
+                  target_options={"url": "http://hooks.example/alice/x"})
+    assert ok.status_code == 201
+
+
+def test_the_adapter_checks_ownership_with_the_backend(svc: Api, backend: tuple[str, dict[str, Any]]) -> None:
+    """Ray says the job was submitted with alice's metadata: mallory's stop is never sent."""
+    _, state = backend
+    state["ray_jobs"]["raysubmit_X"] = {"team": "alice"}
+    token = tenant(svc, "mallory", {"ray": {"metadata": {"team": "mallory"}}})
+    job = register(svc, token, target="ray", external_ref="raysubmit_X").json()
+    stop_now(svc, token, job["id"])
+    run_worker(svc)
+    assert not [r for r in state["requests"] if r[0] == "POST"]  # no stop reached Ray
+    got = svc.client.get(f"/v1/jobs/{job['id']}", headers=svc.as_(token)).json()
+    assert got["state"] == "stop_failed" and "NotOwned" in got["deliveries"][0]["last_error"]
+
+
+# -- 2. pins in another tenant's directory --------------------------------------------------------
+@pytest.fixture
+def dirs(tmp_path: Path) -> tuple[Path, Path]:
+    alice, mallory = tmp_path / "alice", tmp_path / "mallory"
+    (alice / "ckpt-1").mkdir(parents=True)
+    mallory.mkdir()
+    return alice, mallory
+
+
+def mallory_job(svc: Api, mallory: Path) -> tuple[str, str]:
+    token = tenant(svc, "mallory", {**RAY, "checkpoint_prefixes": [f"file://{mallory}"]})
+    job = register(svc, token, target="ray", external_ref=f"raysubmit_{os.urandom(4).hex()}").json()
+    return token, job["id"]
+
+
+@pytest.mark.parametrize("uri", [
+    "file://{alice}/ckpt-1",
+    "file://{mallory}/../alice/ckpt-1",
+    "file://{mallory}/%2e%2e/alice/ckpt-1",
+    "{mallory}/../alice/ckpt-1",
+    "file://{mallory}-evil/x",
+])
+def test_checkpoints_outside_the_roots_are_refused(svc: Api, dirs: tuple[Path, Path], uri: str) -> None:
+    alice, mallory = dirs
+    token, job_id = mallory_job(svc, mallory)
+    uri = uri.format(alice=alice, mallory=mallory)
+    r = svc.post(token, job_id, {"step": 1, "value": 0.5, "checkpoint_uri": uri})
+    assert r.status_code == 422 and "checkpoint_uri" in r.json()["detail"]
+
+
+def stop_with_checkpoint(svc: Api, token: str, job_id: str, uri: str, swap: Any = None) -> None:
+    assert svc.post(token, job_id, {"step": 1, "value": 0.9, "checkpoint_uri": uri}).status_code == 200
+    stop_now(svc, token, job_id)
+    if swap is not None:
+        swap()
+    run_worker(svc)
+    assert svc.client.get(f"/v1/jobs/{job_id}", headers=svc.as_(token)).json()["state"] == "stopped"
+
+
+def test_a_symlink_under_the_root_does_not_carry_the_pin_out(svc: Api, dirs: tuple[Path, Path]) -> None:
+    alice, mallory = dirs
+    (mallory / "link").symlink_to(alice / "ckpt-1")
+    token, job_id = mallory_job(svc, mallory)
+    stop_with_checkpoint(svc, token, job_id, f"file://{mallory}/link")
+    assert not (alice / "ckpt-1" / PIN_MARKER).exists()  # refused; the stop itself went through
+
+
+def test_a_symlink_swapped_in_after_the_check_is_refused(svc: Api, dirs: tuple[Path, Path]) -> None:
+    alice, mallory = dirs
+    (mallory / "run" / "ckpt").mkdir(parents=True)
+    token, job_id = mallory_job(svc, mallory)
+
+    def swap() -> None:  # after ingest accepted the URI, before the worker pins
+        (mallory / "run" / "ckpt").rmdir()
+        (mallory / "run").rmdir()
+        (mallory / "run").symlink_to(alice)
+
+    stop_with_checkpoint(svc, token, job_id, f"file://{mallory}/run/ckpt-1", swap=None)
+    job2 = register(svc, token, target="ray", external_ref="raysubmit_two").json()["id"]
+    stop_with_checkpoint(svc, token, job2, f"file://{mallory}/run/ckpt", swap=swap)
+    assert not (alice / "ckpt-1" / PIN_MARKER).exists() and not list(alice.glob(f"*{PIN_MARKER}"))
+
+
+def test_a_checkpoint_inside_the_roots_is_pinned(svc: Api, dirs: tuple[Path, Path]) -> None:
+    _, mallory = dirs
+    (mallory / "ckpt-9").mkdir()
+    token, job_id = mallory_job(svc, mallory)
+    stop_with_checkpoint(svc, token, job_id, f"file://{mallory}/ckpt-9")
+    assert json.loads((mallory / "ckpt-9" / PIN_MARKER).read_text())["job_id"] == job_id
+
+
+# -- 3. fairness ----------------------------------------------------------------------------------
+def test_a_tenant_over_its_rate_gets_429_and_others_are_served(svc: Api) -> None:
+    heavy = tenant(svc, "heavy", quota={"scores_per_s": 10, "burst": 20})
+    light = tenant(svc, "light")
+    hj, lj = svc.job(heavy)["id"], svc.job(light)["id"]
+    assert svc.post(heavy, hj, {"scores": [{"step": s, "value": 0.5} for s in range(20)]}).status_code == 200
+    r = svc.post(heavy, hj, {"scores": [{"step": s, "value": 0.5} for s in range(20, 25)]})
+    assert r.status_code == 429 and int(r.headers["Retry-After"]) >= 1 and "10 scores/s" in r.json()["detail"]
+    assert svc.post(light, lj, {"step": 1, "value": 0.5}).status_code == 200
+    too_big = svc.post(heavy, hj, {"scores": [{"step": s, "value": 0.5} for s in range(100, 130)]})
+    assert too_big.status_code == 429 and "burst of 20" in too_big.json()["detail"]
+
+
+def test_live_job_quota(svc: Api) -> None:
+    token = tenant(svc, "small", quota={"max_live_jobs": 2})
+    svc.job(token), svc.job(token)
+    body = {"external_ref": "x9", "target": "recording"}
+    r = svc.client.post("/v1/jobs", json=body, headers=svc.as_(token))
+    assert r.status_code == 429 and "max_live_jobs=2" in r.json()["detail"] and "Retry-After" in r.headers
+
+
+# -- 4. stops that could never be delivered -------------------------------------------------------
+@pytest.mark.parametrize("uri", ["file:///data/ckpt/модель-é/step-30", "s3://b/ck\r\nX-Injected: 1"])
+def test_any_checkpoint_uri_is_delivered_with_one_ascii_key(
+    svc: Api, backend: tuple[str, dict[str, Any]], uri: str
+) -> None:
+    url, state = backend
+    token = tenant(svc, "alice", {"webhook": {"url_prefixes": [f"{url}/hook"]}})
+    job = register(svc, token, target="webhook", external_ref="w1").json()
+    assert svc.post(token, job["id"], {"step": 1, "value": 0.9, "checkpoint_uri": uri}).status_code == 200
+    stop_now(svc, token, job["id"])
+    run_worker(svc)
+    assert svc.client.get(f"/v1/jobs/{job['id']}", headers=svc.as_(token)).json()["state"] == "stopped"
+    pins = [h for h in state["hook"] if h[0] == "pin"]
+    assert pins and {p[1] for p in pins} == {uri} and all(p[3] for p in pins)  # URI intact, signed
+    assert len({p[2] for p in pins}) == 1 and pins[0][2].isascii()  # one key for the pin
+    assert all("X-Injected" not in r[2] for r in state["requests"])
+
+
+# -- 5. a 500, and loose types --------------------------------------------------------------------
+@pytest.mark.parametrize("body", [b"[" * 400_000, b"{\"step\": 1, \"value\": ", b"\xff\xfe"])
+def test_bad_json_gets_the_routes_answer_with_or_without_a_token(api: Api, body: bytes) -> None:
+    token = api.tenant("t1")
+    job_id = api.job(token)["id"]
+    url, headers = f"/v1/jobs/{job_id}/scores", {"Content-Type": "application/json"}
+    known = api.client.post(url, content=body, headers={**headers, **api.as_(token)})
+    unknown = api.client.post(url, content=body, headers={**headers, **api.as_("es_not-a-token")})
+    # the route parses the body before it looks at the token: the same answer either way, never a 500
+    assert (known.status_code, known.json()) == (unknown.status_code, unknown.json())
+    assert known.status_code == (400 if body.startswith(b"[[") else 422)
+
+
+@pytest.mark.parametrize("value", ["0.5", True, False, None, [0.5], {"v": 1}])
+def test_value_is_a_json_number_only(api: Api, value: Any) -> None:
+    token = api.tenant("t1")
+    job_id = api.job(token)["id"]
+    for body in ({"step": 1, "value": value}, {"scores": [{"step": 1, "value": value}]}):
+        r = api.post(token, job_id, body)
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == "value", r.text
+    assert api.post(token, job_id, {"step": 1, "value": 1}).status_code == 200  # an int is a number

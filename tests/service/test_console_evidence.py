@@ -1,0 +1,75 @@
+"""The evidence the job page draws: which evals counted, the threshold line, the running best;
+and the SVG markers. Tables of (rule, curve) -> expected."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from evalstop.detectors import Eval, parse_spec
+from evalstop.service.console.charts import MAX_POINTS, curve_svg
+from evalstop.service.console.evidence import explain
+
+RISE_FALL = [0.50, 0.61, 0.58, 0.57, 0.40, 0.30]
+
+
+def evals(values: list[float], start: int = 10) -> list[Eval]:
+    return [Eval(start * (i + 1), v) for i, v in enumerate(values)]
+
+
+@pytest.mark.parametrize(("spec", "values", "stop_step", "counted"), [
+    ("evalstop:k=2", RISE_FALL, 40, (30, 40)),
+    ("evalstop:k=3", RISE_FALL, 50, (30, 40, 50)),
+    ("patience:patience=3", RISE_FALL, 50, (30, 40, 50)),
+    ("evalstop:k=2", [0.5, 0.6, 0.7], None, ()),
+    ("evalstop:k=2", [0.5, float("nan"), 0.4, 0.3], 40, (30, 40)),  # NaN neither counts nor resets
+])
+def test_counted_evals_end_at_the_rules_stop(
+    spec: str, values: list[float], stop_step: int | None, counted: tuple[int, ...]
+) -> None:
+    ev = explain(parse_spec(spec), evals(values))
+    assert ev.verdict.stop_step == stop_step
+    assert ev.counted == counted
+
+
+def test_cusum_counts_the_evals_since_the_best() -> None:
+    values = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.2, 0.1, 0.0, -0.1]
+    ev = explain(parse_spec("cusum:sigma=0.01,n_warmup_evals=3"), evals(values))
+    assert ev.verdict.stopped and ev.verdict.best_step == 70
+    assert ev.counted[0] == 80 and ev.counted[-1] == ev.verdict.stop_step
+
+
+def test_running_best_and_threshold_lines() -> None:
+    ev = explain(parse_spec("evalstop:k=2,against=best,min_delta=0.05"), evals(RISE_FALL))
+    assert [b for _, b in ev.best] == [0.50, 0.61, 0.61, 0.61, 0.61, 0.61]
+    assert [round(v, 3) for _, v in ev.band] == [0.45, 0.56, 0.56, 0.56, 0.56, 0.56]
+    low = explain(parse_spec("patience:patience=2,min_delta=0.01,mode=min"), evals([3.0, 2.0, 2.5, 2.6]))
+    assert [b for _, b in low.best] == [3.0, 2.0, 2.0, 2.0]
+    assert [round(v, 3) for _, v in low.band] == [2.99, 1.99, 1.99, 1.99]  # to beat: best - min_delta
+    assert explain(parse_spec("cusum"), evals(RISE_FALL)).band == ()  # its threshold is in noise units
+
+
+def test_noise_aware_band_uses_the_reported_noise() -> None:
+    ev = explain(parse_spec("noise-aware:sigma=0.01,z=2,n_warmup_evals=1"), evals(RISE_FALL))
+    assert ev.band[1][1] == pytest.approx(0.61 - 2 * 0.01 * 2**0.5)
+
+
+def test_markers_carry_their_steps_and_long_curves_are_thinned() -> None:
+    n = 20_000
+    curve = evals([i / n for i in range(n)] + [0.0, -0.1], start=1)
+    ev = explain(parse_spec("evalstop:k=2"), curve)
+    svg = str(curve_svg([(e.step, e.score) for e in curve], ev, best_step=ev.verdict.best_step,
+                        stop_step=ev.verdict.stop_step))
+    assert re.search(rf'id="marker-best" data-step="{n}"', svg)
+    assert re.search(rf'id="marker-stop" data-step="{n + 2}"', svg)
+    points = re.search(r'<polyline points="([^"]*)"[^>]*id="evals"', svg)
+    assert points is not None and len(points.group(1).split()) <= MAX_POINTS + 1
+    assert "<script" not in svg and "style=" not in svg  # CSP: no inline script or style
+
+
+def test_a_label_is_escaped() -> None:
+    ev = explain(parse_spec("evalstop:k=2"), evals(RISE_FALL))
+    svg = str(curve_svg([(e.step, e.score) for e in evals(RISE_FALL)], ev, best_step=20, stop_step=40,
+                        stop_label="<b>x</b>"))
+    assert "<b>" not in svg and "&lt;b&gt;" in svg
