@@ -17,7 +17,8 @@ from ..workloads import PRESETS, WorkloadConfig
 from ..workloads.model import KINDS
 
 __all__ = [
-    "POLICY", "SIM", "SIMULATE", "STUDY", "WORKLOAD", "check_policies", "check_workload", "workload_keys",
+    "POLICY", "SIM", "SIMULATE", "STUDY", "WORKLOAD", "check_policies", "check_workload",
+    "workload_keys",
 ]
 
 _ANNOTATION_TYPES: dict[str, dict[str, Any]] = {
