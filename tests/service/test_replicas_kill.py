@@ -33,7 +33,7 @@ from evalstop.service.store import decisions, jobs, metadata, open_store, scores
 from ._support import ADMIN, free_port, wait_for
 
 pytestmark = pytest.mark.slow
-N_JOBS, N_STEPS, KILLS = 8, 40, 3
+N_JOBS, N_STEPS, KILLS, CLIENTS = 6, 26, 3, 3
 
 
 class Receiver(BaseHTTPRequestHandler):
@@ -64,7 +64,7 @@ class Replica:
         self.proc: subprocess.Popen[bytes] | None = None
         self.base = ""
 
-    def start(self) -> None:
+    def start(self, wait: bool = True) -> None:
         port = free_port()
         env = {**os.environ, "EVALSTOP_ADMIN_TOKEN": ADMIN, "EVALSTOP_WORKER_POLL_S": "0.05",
                "EVALSTOP_WORKER_LEASE_S": "2", "EVALSTOP_BACKOFF_BASE_S": "0.05",
@@ -74,7 +74,11 @@ class Replica:
         argv = [sys.executable, "-m", "evalstop.cli", "serve", "--database-url", self.db, "--port", str(port)]
         self.proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
         self.base = f"http://127.0.0.1:{port}"
-        wait_for(self._up, 60, f"replica {self.name} to answer")
+        if wait:
+            self.wait_up()
+
+    def wait_up(self) -> None:
+        wait_for(self._up, 90, f"replica {self.name} to answer")
 
     def _up(self) -> bool:
         assert self.proc is not None and self.proc.poll() is None, (self.tmp / f"{self.name}.log").read_text()
@@ -127,17 +131,22 @@ def test_two_replicas_one_killed_three_times(fresh_pg: str, tmp_path: Path) -> N
                               grace_period_s=0)
         job_ids.append(domain.register_job(store, "acme", spec, webhook_url=hook_url)["id"])
     replicas = [Replica(n, fresh_pg, hook_url, tmp_path) for n in ("a", "b")]
+    t0 = time.monotonic()
     for r in replicas:
-        r.start()
+        r.start(wait=False)  # both start at once (each takes seconds on a busy machine)
+    for r in replicas:
+        r.wait_up()
+    timings = {"start": time.monotonic() - t0}
     acked: dict[tuple[str, int], float] = {}
     errors: list[str] = []
     lock = threading.Lock()
     headers = {"Authorization": f"Bearer {ADMIN}"}
 
+    http = httpx.Client(timeout=10, headers=headers)  # one pool: no TLS context per request
+
     def post(base: str, job_id: str, step: int, value: float) -> bool:
         try:
-            r = httpx.post(f"{base}/v1/jobs/{job_id}/scores", json={"step": step, "value": value},
-                           headers=headers, timeout=10)
+            r = http.post(f"{base}/v1/jobs/{job_id}/scores", json={"step": step, "value": value})
         except httpx.HTTPError:
             return False
         if r.status_code != 200:
@@ -161,7 +170,7 @@ def test_two_replicas_one_killed_three_times(fresh_pg: str, tmp_path: Path) -> N
     def client(k: int) -> None:
         rng = random.Random(k)
         for step in range(N_STEPS):
-            for i in range(k, N_JOBS, 2):
+            for i in range(k, N_JOBS, CLIENTS):
                 value = curve(i)[step]
                 while True:  # until one replica acknowledges (the other may be dead)
                     targets = rng.sample(replicas, 2 if rng.random() < 0.3 else 1)
@@ -172,7 +181,7 @@ def test_two_replicas_one_killed_three_times(fresh_pg: str, tmp_path: Path) -> N
                     time.sleep(0.05)
             time.sleep(0.02)
 
-    clients = [threading.Thread(target=client, args=(k,)) for k in range(2)]
+    clients = [threading.Thread(target=client, args=(k,)) for k in range(CLIENTS)]
     for t in clients:
         t.start()
     try:
@@ -183,6 +192,7 @@ def test_two_replicas_one_killed_three_times(fresh_pg: str, tmp_path: Path) -> N
             replicas[1].start()
         for t in clients:
             t.join(120)
+        timings["load"] = time.monotonic() - t0 - timings["start"]
         stopping = job_ids[:-1]
 
         def all_stopped() -> bool:
@@ -191,7 +201,9 @@ def test_two_replicas_one_killed_three_times(fresh_pg: str, tmp_path: Path) -> N
             return all(states[j] == "stopped" for j in stopping)
 
         wait_for(all_stopped, 60, "every decided stop to be delivered")
+        timings["stops"] = time.monotonic() - t0 - timings["start"] - timings["load"]
     finally:
+        http.close()
         for r in replicas:
             r.stop()
         hook.shutdown()
@@ -208,7 +220,8 @@ def test_two_replicas_one_killed_three_times(fresh_pg: str, tmp_path: Path) -> N
         keys[(ref, action)].add(key)
     print(f"\nacknowledged scores: {len(acked)}, lost: {len(lost)}; decisions per stopped job: "
           f"{sorted(per_job[j] for j in stopping)}; webhook requests: {len(state['log'])}; "
-          f"keys per (job, action): max {max(len(v) for v in keys.values())}")
+          f"keys per (job, action): max {max(len(v) for v in keys.values())}; seconds: "
+          f"{ {k: round(v, 1) for k, v in timings.items()} }")
     assert not errors, errors[:3]
     assert len(acked) == N_JOBS * N_STEPS and lost == []
     assert all(per_job[j] == 1 for j in stopping) and per_job[job_ids[-1]] == 0
