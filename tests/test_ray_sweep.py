@@ -110,11 +110,11 @@ def _reproduce(out: Path, env: dict[str, str], *extra: str) -> dict:
     cmd = [*EVALSTOP, "reproduce", "--study", "k", "--seeds", "2", "--out", str(out), "--no-report", *extra]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads((out / "results.json").read_text())
+    return json.loads((out / "study-k" / "results.json").read_text())  # --study: its own folder
 
 
 def _rows(out: Path) -> list[dict]:
-    rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (out / "study-k" / "rows.jsonl").read_text().splitlines()]
     return sorted(rows, key=lambda r: (r["point"], r["seed"], r["policy"]))
 
 
@@ -145,4 +145,4 @@ def test_wrong_token_fails_loudly(ray_head: tuple[str, dict[str, str]], tmp_path
            "--no-cache", "--ray-address", address]
     done = subprocess.run(cmd, env=bad, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode != 0
-    assert not (tmp_path / "results.json").exists()
+    assert not (tmp_path / "study-k" / "results.json").exists()
