@@ -1,0 +1,55 @@
+"""Run both arms of the testbed on one private Ray head and one ``evalstop serve``."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from .arm import run_arm
+from .cluster import pids_naming, start_ray, start_service, stop
+from .summary import markdown, summarise
+from .workload import WorkloadSpec, make_plan
+
+ARMS = ("shadow", "enforced")
+
+
+def run_testbed(
+    spec: WorkloadSpec, slots: int, out: Path, *, command: str = "", timeout_s: float = 1800.0
+) -> dict[str, Any]:
+    """Start the cluster, run the shadow then the enforced arm over the same trace, clean up,
+    and write ``raw.json``, ``summary.json`` and ``summary.md`` to ``out``."""
+    if slots < 1:
+        raise ValueError(f"The 'slots' parameter of run_testbed must be an int >= 1. Got {slots!r} instead.")
+    out = out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    plan = make_plan(spec)
+    ray_root = Path(tempfile.mkdtemp(prefix="evs-tb-"))  # short: Ray's socket paths have a length limit
+    raw: dict[str, list[dict[str, Any]]] = {}
+    ray = start_ray(ray_root, slots)
+    try:
+        server = start_service(out, ray)
+        try:
+            for arm in ARMS:
+                raw[arm] = run_arm(arm, plan, out, ray, server, timeout_s=timeout_s)
+        finally:
+            stop(server)
+    finally:
+        stop(ray)
+        for arm in ARMS:  # a job still alive after its head went away: ours, by pid
+            for pid in pids_naming(str(out / arm) + "/"):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(ray_root, ignore_errors=True)
+    summary = summarise(raw)
+    summary["spec"] = {**spec.__dict__, "slots": slots}
+    summary["plan"] = [j.to_json() for j in plan]
+    (out / "raw.json").write_text(json.dumps(raw, indent=1))
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    (out / "summary.md").write_text(markdown(summary, command))
+    return summary
