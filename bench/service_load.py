@@ -29,6 +29,14 @@ script started it or got ``--server-pid``) and of this client, which share the m
     .venv/bin/python bench/service_load.py --phases paced       # one phase only
     .venv/bin/python bench/service_load.py --phases history,contention
     .venv/bin/python bench/service_load.py --url http://127.0.0.1:8000 --admin-token ...
+    .venv/bin/python bench/service_load.py --replicas 2 --db postgresql   # + the fairness phase
+
+``--db postgresql`` starts a throwaway PostgreSQL (``initdb`` under ``/usr/lib/postgresql``, as
+in tests/service/conftest.py; or pass ``--database-url``); ``--replicas N`` starts N servers on
+the same database and spreads the clients over them. The **fair** phase (on by default with
+``--replicas``) has a heavy tenant, limited to ``--heavy-quota`` scores/s, post batches as fast as
+it can (its 429s are counted) while a light tenant sends ``--light-rate`` single scores/s; it
+prints the light tenant's p99.
 """
 
 from __future__ import annotations
@@ -68,13 +76,15 @@ class Conn:
         return response.status, json.loads(payload) if payload else None
 
 
-def start_server(tmp: Path, synchronous: str) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(
+    tmp: Path, synchronous: str, database_url: str | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "EVALSTOP_ADMIN_TOKEN": ADMIN, "EVALSTOP_SQLITE_SYNCHRONOUS": synchronous}
-    cmd = [sys.executable, "-m", "evalstop.cli", "serve", "--database-url", f"sqlite:///{tmp / 'bench.db'}",
-           "--port", str(port), "--log-level", "warning"]
+    cmd = [sys.executable, "-m", "evalstop.cli", "serve", "--database-url",
+           database_url or f"sqlite:///{tmp / 'bench.db'}", "--port", str(port), "--log-level", "warning"]
     proc = subprocess.Popen(cmd, env=env)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
@@ -88,11 +98,55 @@ def start_server(tmp: Path, synchronous: str) -> tuple[subprocess.Popen[bytes], 
     raise SystemExit("the server did not start within 60 s")
 
 
-def make_jobs(base: str, admin: str, n: int, detector: str | None = "evalstop:k=3") -> tuple[str, list[str]]:
-    """A new tenant and ``n`` jobs of it running ``detector`` (None: the service's default)."""
+def start_postgres() -> tuple[str, Any]:
+    """A throwaway PostgreSQL on a free loopback port (fsync on: replies mean committed)."""
+    import glob
+    import pwd
+    import shutil
+
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    if not found:
+        raise SystemExit("--db postgresql: no PostgreSQL server binaries under /usr/lib/postgresql (or pass "
+                         "--database-url)")
+    bindir, root = Path(found[-1]).parent, Path(tempfile.mkdtemp(prefix="evalstop-bench-pg-"))
+    user = next((u for u in ("postgres", "evalstop-pg") if _user_exists(pwd, u)), None)
+    prefix = ["runuser", "-u", user, "--"] if os.geteuid() == 0 and user else []
+    if prefix:
+        shutil.chown(root, user)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    def run(*cmd: str) -> None:
+        subprocess.run([*prefix, *cmd], check=True, capture_output=True, timeout=120)
+
+    run(str(bindir / "initdb"), "-D", str(root / "data"), "-U", "postgres", "--auth=trust", "-E", "UTF8")
+    opts = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c max_connections=200"
+    run(str(bindir / "pg_ctl"), "-D", str(root / "data"), "-o", opts, "-l", str(root / "log"), "-w", "start")
+
+    def stop() -> None:
+        run(str(bindir / "pg_ctl"), "-D", str(root / "data"), "-m", "fast", "stop")
+        shutil.rmtree(root, ignore_errors=True)
+
+    return f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres", stop
+
+
+def _user_exists(pwd: Any, name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+        return True
+    except KeyError:
+        return False
+
+
+def make_jobs(
+    base: str, admin: str, n: int, detector: str | None = "evalstop:k=3", quota: dict[str, Any] | None = None
+) -> tuple[str, list[str]]:
+    """A new tenant (with ``quota``, if given) and ``n`` jobs of it running ``detector`` (None:
+    the service's default)."""
     c = Conn(base, admin)
     name = f"bench-{os.getpid()}-{time.time_ns()}"
-    status, tenant = c.send("POST", "/v1/tenants", {"name": name})
+    status, tenant = c.send("POST", "/v1/tenants", {"name": name, "quota": quota})
     assert status == 201, tenant
     c = Conn(base, tenant["token"])
     ids = []
@@ -110,13 +164,13 @@ def rising(step: int) -> float:
 
 
 def batched(
-    base: str, token: str, jobs: list[str], clients: int, batch: int, seconds: float
+    bases: list[str], token: str, jobs: list[str], clients: int, batch: int, seconds: float
 ) -> dict[str, Any]:
     counts = [0] * clients
     stop_at = time.monotonic() + seconds
 
     def run(k: int) -> None:
-        c, mine, step = Conn(base, token), jobs[k::clients], 0
+        c, mine, step = Conn(bases[k % len(bases)], token), jobs[k::clients], 0
         while time.monotonic() < stop_at:
             for job in mine:
                 body = {"scores": [{"step": s, "value": rising(s)} for s in range(step, step + batch)]}
@@ -132,7 +186,7 @@ def batched(
 
 
 def paced(
-    base: str, token: str, jobs: list[str], rate: float, seconds: float, threads: int,
+    bases: list[str], token: str, jobs: list[str], rate: float, seconds: float, threads: int,
     server_pid: int | None = None,
 ) -> dict[str, Any]:
     """Request ``i`` is due at ``t0 + i / rate``; thread ``i % threads`` sends it, to one of that
@@ -143,7 +197,7 @@ def paced(
     cpu0 = time.process_time(), _cpu_s(server_pid)
 
     def run(k: int) -> None:
-        c, mine = Conn(base, token), jobs[k::threads]
+        c, mine = Conn(bases[k % len(bases)], token), jobs[k::threads]
         for i in range(k, n, threads):
             due = t0 + i / rate
             time.sleep(max(0.0, due - time.monotonic()))
@@ -161,6 +215,46 @@ def paced(
             "max_ms": round(ms[-1], 2), "client_cpu_ms_per_request": round(1000 * client_cpu / n, 3),
             "server_cpu_ms_per_request": None if server_cpu is None or cpu0[1] is None
             else round(1000 * (server_cpu - cpu0[1]) / n, 3)}
+
+
+def fair(
+    bases: list[str], admin: str, args: argparse.Namespace
+) -> dict[str, Any]:
+    """The heavy tenant saturates its quota from ``--clients`` threads (batches, no pause; a 429
+    is counted and retried after a short sleep) while the light tenant is paced."""
+    quota = {"scores_per_s": args.heavy_quota, "burst": max(args.batch, int(args.heavy_quota))}
+    heavy, heavy_jobs = make_jobs(bases[0], admin, args.clients, quota=quota)
+    light, light_jobs = make_jobs(bases[0], admin, args.paced_threads)
+    stop = threading.Event()
+    accepted, refused = [0] * args.clients, [0] * args.clients
+
+    def hammer(k: int) -> None:
+        c, job, step = Conn(bases[k % len(bases)], heavy), heavy_jobs[k], 0
+        while not stop.is_set():
+            body = {"scores": [{"step": s, "value": rising(s)} for s in range(step, step + args.batch)]}
+            status, _ = c.send("POST", f"/v1/jobs/{job}/scores", body)
+            if status == 200:
+                accepted[k] += args.batch
+                step += args.batch
+            else:
+                assert status == 429, status
+                refused[k] += 1
+                time.sleep(0.01)
+
+    threads = [threading.Thread(target=hammer, args=(k,)) for k in range(args.clients)]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)  # the heavy tenant has used up its burst
+    started = time.monotonic()
+    try:
+        light_result = paced(bases, light, light_jobs, args.light_rate, args.seconds, args.paced_threads)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    elapsed = time.monotonic() - started + 1.0
+    return {"heavy_quota_scores_per_s": args.heavy_quota, "heavy_accepted_scores_per_s":
+            round(sum(accepted) / elapsed), "heavy_429s": sum(refused), "light": light_result}
 
 
 def fill(c: Conn, job: str, n: int, chunk: int = 1000) -> None:
@@ -271,58 +365,84 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--paced-threads", type=int, default=8)
     p.add_argument("--synchronous", choices=["FULL", "NORMAL"], default="FULL")
     p.add_argument("--server-pid", type=int, help="with --url: the server's pid, to report its CPU time")
-    p.add_argument("--phases", default="batched,paced,history,contention",
-                   help="comma-separated: batched, paced, history, contention")
+    p.add_argument("--phases", help="comma-separated: batched, paced, history, contention, fair (default: "
+                   "batched,paced,history,contention; with --replicas > 1: batched,paced,fair)")
     p.add_argument("--short-history", type=int, default=10)
     p.add_argument("--long-history", type=int, default=5000)
     p.add_argument("--history-requests", type=int, default=200)
     p.add_argument("--contention-batches", type=int, default=5)
     p.add_argument("--contention-rate", type=float, default=50.0)
+    p.add_argument("--replicas", type=int, default=1, help="servers on the same database")
+    p.add_argument("--db", choices=["sqlite", "postgresql"], default="sqlite")
+    p.add_argument("--database-url", help="with --db postgresql: this server instead of a throwaway one")
+    p.add_argument("--heavy-quota", type=float, default=500.0, help="fair phase: heavy tenant's scores/s")
+    p.add_argument("--light-rate", type=float, default=100.0, help="fair phase: light tenant's requests/s")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
+    default = "batched,paced,fair" if args.replicas > 1 else "batched,paced,history,contention"
+    phases = set((args.phases or default).split(","))
     with tempfile.TemporaryDirectory(prefix="evalstop-bench-") as tmp:
-        proc = None
-        if args.url:
-            base = args.url
-        else:
-            proc, base = start_server(Path(tmp), args.synchronous)
+        procs: list[subprocess.Popen[bytes]] = []
+        stop_pg = None
         try:
+            if args.url:
+                bases = [args.url]
+            else:
+                url = args.database_url
+                if args.db == "postgresql" and url is None:
+                    url, stop_pg = start_postgres()
+                bases = []
+                for _ in range(args.replicas):
+                    proc, base = start_server(Path(tmp), args.synchronous, url)
+                    procs.append(proc)
+                    bases.append(base)
             gc.collect()
             gc.freeze()  # no full-collection pauses in the client's own timing (the server does the same)
-            phases = set(args.phases.split(","))
-            result: dict[str, Any] = {"synchronous": args.synchronous, "cpus": os.cpu_count(),
-                                      "load_avg_before": os.getloadavg()}
+            result: dict[str, Any] = {"db": args.db, "replicas": len(bases), "synchronous": args.synchronous,
+                                      "cpus": os.cpu_count(), "load_avg_before": os.getloadavg()}
             if "batched" in phases:
-                token, jobs = make_jobs(base, args.admin_token, args.jobs)
-                result["batched"] = batched(base, token, jobs, args.clients, args.batch, args.seconds)
+                token, jobs = make_jobs(bases[0], args.admin_token, args.jobs)
+                result["batched"] = batched(bases, token, jobs, args.clients, args.batch, args.seconds)
             if "paced" in phases:
-                token, fresh = make_jobs(base, args.admin_token, args.jobs)  # histories start empty
-                pid = args.server_pid or (proc.pid if proc is not None else None)
-                result["paced"] = paced(base, token, fresh, args.rate, args.seconds, args.paced_threads, pid)
+                token, fresh = make_jobs(bases[0], args.admin_token, args.jobs)  # histories start empty
+                pid = args.server_pid or (procs[0].pid if len(procs) == 1 else None)
+                result["paced"] = paced(bases, token, fresh, args.rate, args.seconds, args.paced_threads, pid)
+            if "fair" in phases:
+                result["fair"] = fair(bases, args.admin_token, args)
             if "history" in phases:
-                result["history"] = history_cost(base, args.admin_token, args.short_history,
+                result["history"] = history_cost(bases[0], args.admin_token, args.short_history,
                                                  args.long_history, args.history_requests)
             if "contention" in phases:
-                result["contention"] = contention(base, args.admin_token, args.contention_batches,
+                result["contention"] = contention(bases[0], args.admin_token, args.contention_batches,
                                                   args.contention_rate)
             result["load_avg_after"] = os.getloadavg()
         finally:
-            if proc is not None:
+            for proc in procs:
                 proc.terminate()
                 proc.wait(10)
+            if stop_pg is not None:
+                stop_pg()
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         if "batched" in result:
             b = result["batched"]
             print(f"batched: {b['scores_per_s']} scores/s ({b['scores']} scores in {b['seconds']} s, "
-                  f"{args.clients} clients x batches of {args.batch}, synchronous={args.synchronous})")
+                  f"{args.clients} clients x batches of {args.batch}, {args.db}, {result['replicas']} "
+                  f"replica(s))")
         if "paced" in result:
             q = result["paced"]
             print(f"paced {q['target_rate']:.0f}/s single scores: achieved {q['achieved_rate']}/s, "
                   f"decision latency p50 {q['p50_ms']} ms, p99 {q['p99_ms']} ms, max {q['max_ms']} ms")
             print(f"  CPU per request: server {q['server_cpu_ms_per_request']} ms, "
                   f"client {q['client_cpu_ms_per_request']} ms")
+        if "fair" in result:
+            f = result["fair"]
+            q = f["light"]
+            print(f"fair: heavy tenant at its quota of {f['heavy_quota_scores_per_s']:.0f} scores/s "
+                  f"(accepted {f['heavy_accepted_scores_per_s']}/s, {f['heavy_429s']} x 429); "
+                  f"light tenant {q['target_rate']:.0f}/s: p50 {q['p50_ms']} ms, p99 {q['p99_ms']} ms, "
+                  f"max {q['max_ms']} ms")
         if "history" in result:
             h = result["history"]
             print(f"single score at {h['long_history']} evals vs at {h['short_history']}: p50 "

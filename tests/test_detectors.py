@@ -245,7 +245,7 @@ def test_registry_names_every_detector() -> None:
         "noise-aware": NoiseAware,
     }
     assert all(cls.name == name for name, cls in REGISTRY.items())
-    assert parse_spec(DEFAULT_SPEC) == Cusum()
+    assert parse_spec(DEFAULT_SPEC) == Cusum(threshold=3.0, drift=3.0)  # chosen by evalstop validate
     assert parse_spec("evalstop") == KDeclines()
 
 

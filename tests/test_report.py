@@ -105,3 +105,20 @@ def test_report_command_rewrites_and_fails_clearly(results_dir: Path, tmp_path: 
     missing = subprocess.run([sys.executable, "-m", "evalstop.cli", "report", str(tmp_path)],
                              capture_output=True, text=True, timeout=60, check=False)
     assert missing.returncode == 2 and "results.json" in missing.stderr
+
+
+def test_beyond_the_paper_shows_the_default_beside_the_paper_rule(
+    results: dict[str, Any], results_dir: Path
+) -> None:
+    """The realistic preset and the bank-driven workload: the default rule trades a little recall
+    for far fewer false stops than the paper's rule (healthy RLHF runs plateau under noise)."""
+    md = (results_dir / "report.md").read_text()
+    assert "## Beyond the paper: the default rule beside the paper's rule" in md
+    for name in ("beyond-realistic", "beyond-bank"):
+        study = results["studies"][name]
+        assert study["role"] == "beyond" and f"| {name} | Default rule + SRTF-Est |" in md
+        summary = study["summary"][0]
+        paper, default = summary["Paper rule + SRTF-Est"], summary["Default rule + SRTF-Est"]
+        assert default["fpr"]["mean"] < paper["fpr"]["mean"] / 2
+        assert default["precision"]["mean"] > paper["precision"]["mean"]
+        assert default["mean_regret"]["mean"] is not None

@@ -57,10 +57,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.run(args) or 0)
-    except ModuleNotFoundError as exc:
-        if extra_for(exc.name) is None:
+    except ImportError as exc:
+        if isinstance(exc, ModuleNotFoundError) and extra_for(exc.name) is not None:
+            print(missing_message(exc.name or "", f"evalstop {args.command}"), file=sys.stderr)
+        elif "pip install -e '" in str(exc):  # already says which extra to install
+            print(f"evalstop {args.command}: {exc}", file=sys.stderr)
+        else:
             raise
-        print(missing_message(exc.name or "", f"evalstop {args.command}"), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"evalstop {args.command}: interrupted. {_resume_hint(args)}".rstrip(), file=sys.stderr)

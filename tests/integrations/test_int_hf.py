@@ -205,3 +205,125 @@ def test_hf_example_stops_on_the_drifting_run(tmp_path: Path) -> None:
     assert (expected.stop_step, expected.best_step) == (record["stop_step"], record["best_step"])
     assert summary["best_checkpoint"] == str(tmp_path / f"checkpoint-{record['best_step']}")
     assert (tmp_path / f"checkpoint-{record['best_step']}").is_dir()
+
+
+# ---- issue: resume, HF names and modes, early misconfiguration, shared record, several evals -------
+
+
+def test_resuming_past_the_stop_is_refused_and_before_it_keeps_watching(tmp_path: Path) -> None:
+    rule = "evalstop:k=2"
+    reused = EvalStopCallback("eval_gold", rule)
+    first = make_trainer(tmp_path, RISE_THEN_FALL, reused)
+    first.train()
+    assert first.state.global_step == 10  # stopped: declines at 8 and 10
+    out = tmp_path / "out"
+    again = make_trainer(tmp_path, [0.3, 0.2, 0.1] * 10, EvalStopCallback("eval_gold", rule))
+    with pytest.raises(ValueError, match=r"stopped this run at step 10 .*checkpoint-6.*after_stop='restart'"):
+        again.train(resume_from_checkpoint=str(out / "checkpoint-10"))
+    # the same callback object, reused: its history past the checkpoint does not count either
+    third = make_trainer(tmp_path, [0.3, 0.2, 0.1] * 10, reused)
+    with pytest.raises(ValueError, match="stopped this run at step 10"):
+        third.train(resume_from_checkpoint=str(out / "checkpoint-10"))
+    # before the stop: the history up to the checkpoint comes back and the rule keeps watching
+    callback = EvalStopCallback("eval_gold", rule)
+    fourth = make_trainer(tmp_path, [0.5, 0.45, 0.3], callback)
+    fourth.train(resume_from_checkpoint=str(out / "checkpoint-6"))
+    assert [ev.step for ev in callback.history.evals] == [2, 4, 6, 8, 10]
+    assert fourth.state.global_step == 10 and callback.verdict.stop_step == 10
+
+
+def test_after_stop_restart_watches_the_resumed_run_afresh(tmp_path: Path) -> None:
+    first = make_trainer(tmp_path, RISE_THEN_FALL, EvalStopCallback("eval_gold", "evalstop:k=2"))
+    first.train()
+    callback = EvalStopCallback("eval_gold", "evalstop:k=2", after_stop="restart")
+    second = make_trainer(tmp_path, [0.33, 0.2, 0.01] + [0.5] * 20, callback)
+    with pytest.warns(UserWarning, match="watches the resumed run afresh"):
+        second.train(resume_from_checkpoint=str(tmp_path / "out" / "checkpoint-10"))
+    assert second.state.global_step == 16  # 12: best, 14 and 16: declines -> stop, never silent
+    assert callback.verdict.stopped and callback.verdict.stop_step == 16
+
+
+@pytest.mark.parametrize("best_metric", ["gold", None])
+def test_metric_names_follow_hf_eval_prefix(tmp_path: Path, best_metric: str | None) -> None:
+    callback = EvalStopCallback("gold", "evalstop:k=2")
+    extra: dict[str, object] = {"metric_for_best_model": best_metric} if best_metric else {}
+    trainer = make_trainer(tmp_path, RISE_THEN_FALL, callback, load_best_model_at_end=bool(best_metric),
+                           **extra)
+    trainer.train()
+    assert trainer.state.global_step == 10 and callback.verdict.best_step == 6
+
+
+def test_a_loss_metric_is_lower_is_better_like_hf(tmp_path: Path) -> None:
+    assert EvalStopCallback("eval_loss").mode == "min" and EvalStopCallback("loss", "evalstop").mode == "min"
+    assert EvalStopCallback("eval_loss", mode="max").mode == "max"
+    assert EvalStopCallback("eval_loss", "evalstop:mode=max").mode == "max"
+    assert EvalStopCallback("eval_gold").mode == "max"
+    callback = EvalStopCallback("eval_loss", "evalstop:k=1")
+    trainer = make_trainer(tmp_path, [0.0] * 20, callback, max_steps=20, save_strategy="no")
+    trainer.train()
+    losses = [(h["step"], h["eval_loss"]) for h in trainer.state.log_history if "eval_loss" in h]
+    assert callback.verdict == KDeclines(k=1, mode="min").evaluate([Eval(s, v) for s, v in losses])
+    best = min(losses, key=lambda sv: sv[1])
+    assert callback.verdict.best_step == best[0]  # the lowest loss, not the highest
+
+
+def test_no_evaluations_fails_at_train_begin(tmp_path: Path) -> None:
+    trainer = make_trainer(tmp_path, RISE_THEN_FALL, EvalStopCallback("eval_gold"), eval_strategy="no")
+    with pytest.raises(ValueError, match="eval_strategy is 'no'"):
+        trainer.train()
+    assert trainer.state.global_step == 0
+
+
+def test_a_metric_never_logged_fails_at_the_first_round(tmp_path: Path) -> None:
+    trainer = make_trainer(tmp_path, RISE_THEN_FALL, EvalStopCallback("eval_glod"))
+    with pytest.raises(ValueError, match=r"'eval_glod'.*not among the evaluation metrics at step 2: .*gold"):
+        trainer.train()
+    assert trainer.state.global_step == 3
+    trainer = make_trainer(tmp_path, RISE_THEN_FALL, EvalStopCallback("gold"), eval_strategy="no")
+    with pytest.raises(ValueError, match=r"'gold' is not in the training logs .*eval_strategy is 'no'"):
+        trainer.train()
+    assert trainer.state.global_step == 2
+
+
+def test_two_callbacks_share_one_merged_record(tmp_path: Path) -> None:
+    gold = EvalStopCallback("eval_gold", "evalstop:k=2")
+    loss = EvalStopCallback("eval_loss", "never")
+    (tmp_path / "out").mkdir()
+    stale = {"metric": "eval_old", "decision": "stop", "stop_step": 2, "evals": []}
+    (tmp_path / "out" / "evalstop.json").write_text(json.dumps(stale))  # from an earlier run
+    trainer = make_trainer(tmp_path, RISE_THEN_FALL, gold)
+    trainer.add_callback(loss)
+    trainer.train()
+    record = json.loads((tmp_path / "out" / "evalstop.json").read_text())
+    assert set(record["metrics"]) == {"eval_gold", "eval_loss"}
+    assert record["metrics"]["eval_gold"]["decision"] == "stop"
+    assert record["metrics"]["eval_loss"]["decision"] == "continue"
+    assert record["metrics"]["eval_loss"]["mode"] == "min"
+    assert record["decision"] == "stop" and record["metric"] == "eval_gold" and record["stop_step"] == 10
+
+
+def test_several_eval_datasets_no_spurious_warning(tmp_path: Path) -> None:
+    import warnings
+
+    scores = iter([s for s in RISE_THEN_FALL for _ in range(2)])  # one call per dataset per round
+
+    def compute_metrics(_eval_pred: object) -> dict[str, float]:
+        return {"gold": next(scores)}
+
+    callback = EvalStopCallback("eval_a_gold", "evalstop:k=2")
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "out"), max_steps=40, eval_strategy="steps", eval_steps=2,
+        save_strategy="no", per_device_train_batch_size=4, per_device_eval_batch_size=4, learning_rate=5e-2,
+        report_to=[],
+        logging_steps=2, use_cpu=True, disable_tqdm=True, seed=0,
+    )
+    trainer = transformers.Trainer(
+        model=tiny_model(), args=args, train_dataset=Tokens(64, 1),
+        eval_dataset={"a": Tokens(4, 2), "b": Tokens(4, 3)}, compute_metrics=compute_metrics,
+        callbacks=[callback],
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.train()
+    assert not [w for w in caught if "EvalStopCallback" in str(w.message)]
+    assert trainer.state.global_step == 10 and [ev.step for ev in callback.history.evals] == [2, 4, 6, 8, 10]

@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_service_load_bench_reports_its_figures() -> None:
-    cmd = [sys.executable, str(ROOT / "bench" / "service_load.py"), "--seconds", "1", "--jobs", "4",
+    cmd = [sys.executable, str(ROOT / "bench" / "service_load.py"), "--phases", "batched,paced",
+           "--seconds", "1", "--jobs", "4",
            "--clients", "2", "--batch", "50", "--rate", "40", "--paced-threads", "2", "--json"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=180).stdout
     result = json.loads(out)

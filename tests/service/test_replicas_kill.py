@@ -33,7 +33,7 @@ from evalstop.service.store import decisions, jobs, metadata, open_store, scores
 from ._support import ADMIN, free_port, wait_for
 
 pytestmark = pytest.mark.slow
-N_JOBS, N_STEPS, KILLS = 8, 40, 3
+N_JOBS, N_STEPS, KILLS, CLIENTS = 8, 40, 3, 4
 
 
 class Receiver(BaseHTTPRequestHandler):
@@ -64,7 +64,7 @@ class Replica:
         self.proc: subprocess.Popen[bytes] | None = None
         self.base = ""
 
-    def start(self) -> None:
+    def start(self, wait: bool = True) -> None:
         port = free_port()
         env = {**os.environ, "EVALSTOP_ADMIN_TOKEN": ADMIN, "EVALSTOP_WORKER_POLL_S": "0.05",
                "EVALSTOP_WORKER_LEASE_S": "2", "EVALSTOP_BACKOFF_BASE_S": "0.05",
@@ -74,7 +74,11 @@ class Replica:
         argv = [sys.executable, "-m", "evalstop.cli", "serve", "--database-url", self.db, "--port", str(port)]
         self.proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
         self.base = f"http://127.0.0.1:{port}"
-        wait_for(self._up, 60, f"replica {self.name} to answer")
+        if wait:
+            self.wait_up()
+
+    def wait_up(self) -> None:
+        wait_for(self._up, 90, f"replica {self.name} to answer")
 
     def _up(self) -> bool:
         assert self.proc is not None and self.proc.poll() is None, (self.tmp / f"{self.name}.log").read_text()
@@ -128,7 +132,9 @@ def test_two_replicas_one_killed_three_times(fresh_pg: str, tmp_path: Path) -> N
         job_ids.append(domain.register_job(store, "acme", spec, webhook_url=hook_url)["id"])
     replicas = [Replica(n, fresh_pg, hook_url, tmp_path) for n in ("a", "b")]
     for r in replicas:
-        r.start()
+        r.start(wait=False)  # both start at once (each takes seconds on a busy machine)
+    for r in replicas:
+        r.wait_up()
     acked: dict[tuple[str, int], float] = {}
     errors: list[str] = []
     lock = threading.Lock()
@@ -161,7 +167,7 @@ def test_two_replicas_one_killed_three_times(fresh_pg: str, tmp_path: Path) -> N
     def client(k: int) -> None:
         rng = random.Random(k)
         for step in range(N_STEPS):
-            for i in range(k, N_JOBS, 2):
+            for i in range(k, N_JOBS, CLIENTS):
                 value = curve(i)[step]
                 while True:  # until one replica acknowledges (the other may be dead)
                     targets = rng.sample(replicas, 2 if rng.random() < 0.3 else 1)
@@ -172,7 +178,7 @@ def test_two_replicas_one_killed_three_times(fresh_pg: str, tmp_path: Path) -> N
                     time.sleep(0.05)
             time.sleep(0.02)
 
-    clients = [threading.Thread(target=client, args=(k,)) for k in range(2)]
+    clients = [threading.Thread(target=client, args=(k,)) for k in range(CLIENTS)]
     for t in clients:
         t.start()
     try:

@@ -155,8 +155,9 @@ class Detector(ABC):
 
     @abstractmethod
     def step(self, state: State, index: int, ev: Eval) -> str | None:
-        """Fold eval number ``index`` into ``state`` in place (tracking the best with
-        ``offer``/``skip_invalid``); return the stop reason if the rule fires at this eval."""
+        """Fold eval number ``index`` into ``state`` in place (tracking the best with ``offer``
+        and counting skipped scores in ``n_invalid``); return the stop reason if the rule fires
+        at this eval. The caller maintains ``n`` and ``stop`` (a step never reads them)."""
 
     def running_reason(self, state: State) -> str:
         """Why a state that has not fired says CONTINUE."""

@@ -18,7 +18,9 @@ feeds a job's evals to one ``Monitor`` and acts when ``fired_now`` is set. The r
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
 from typing import Any
 
 from ._base import Detector, Eval, State, Verdict, copy_state
@@ -26,6 +28,9 @@ from ._spec import DEFAULT_SPEC, format_spec, parse_spec
 
 #: Version of the ``to_json`` layout.
 FORMAT = 1
+
+#: Detectors are frozen and hashable: one object per spec serves every monitor that loads it.
+_parse = lru_cache(maxsize=1024)(parse_spec)
 
 
 class Monitor:
@@ -86,23 +91,28 @@ class Monitor:
             self.n_ignored += sum(1 for _ in evals)
             return self.verdict
         state, step = self.state, self.detector.step
-        last, fired, n_ignored = self.last_step, False, 0
+        last = -math.inf if self.last_step is None else self.last_step
+        index = state["n"]
+        fired, n_ignored = False, 0
         rest = iter(evals)
         for i, ev in enumerate(rest):  # Detector.advance inlined: the simulator's fast path
-            if last is not None and ev.step <= last:
+            if ev.step <= last:
                 n_ignored += 1
                 continue
-            last, index = ev.step, state["n"]
-            state["n"] = index + 1
+            last = ev.step
             reason = step(state, index, ev)
             if checkpoints is not None and state["best_index"] == index:
                 self.best_checkpoint = checkpoints[i]
+            index += 1
             if reason is not None:
-                state["stop"] = [index, ev.step, reason]
+                state["stop"] = [index - 1, ev.step, reason]
                 fired = True
-                n_ignored += sum(1 for _ in rest)
+                n_ignored += len(evals) - i - 1 if isinstance(evals, Sequence) else sum(1 for _ in rest)
                 break
-        self.last_step, self.fired_now = last, fired
+        state["n"] = index
+        if last != -math.inf:
+            self.last_step = int(last)
+        self.fired_now = fired
         self.n_ignored += n_ignored
         return self.verdict
 
@@ -133,13 +143,14 @@ class Monitor:
             data = json.loads(data)
         if not isinstance(data, Mapping) or data.get("format") != FORMAT:
             raise ValueError(f"Monitor.from_json needs a to_json() dict of format {FORMAT}. Got {data!r}.")
-        monitor = cls(str(data["detector"]))
-        if detector is not None:
-            wanted = detector if isinstance(detector, str) else format_spec(detector)
-            if parse_spec(wanted) != monitor.detector:
-                raise ValueError(
-                    f"The saved monitor runs detector {data['detector']!r}, not {wanted!r}."
-                )
+        spec = str(data["detector"])
+        if detector is None:
+            rule = _parse(spec)
+        else:
+            rule = _parse(detector) if isinstance(detector, str) else detector
+            if format_spec(rule) != spec and _parse(spec) != rule:
+                raise ValueError(f"The saved monitor runs detector {spec!r}, not {format_spec(rule)!r}.")
+        monitor = cls(rule)
         state = data["state"]
         expected = set(monitor.state)
         if not isinstance(state, Mapping) or set(state) != expected:

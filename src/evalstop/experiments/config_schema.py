@@ -64,7 +64,9 @@ POLICY = Table("[[policy]]", (
 SIMULATE = Table("evalstop simulate config", (
     Key("seeds", ("array",), "workload seeds, non-empty, each >= 0 (default [1])", items="integer"),
     Key("workload", ("object",), table=workload_keys(
-        Key("bank", ("string",), "an `evalstop bank` directory whose runs the RLHF jobs replay"))),
+        Key("bank", ("string",), "an `evalstop bank` directory whose runs the RLHF jobs replay"),
+        Key("trace", ("string",), "a jobs.csv of your own jobs (job_id,submit_s,gpus,duration_s"
+            "[,kind,tenant]), instead of generated arrivals; see docs/model.md"))),
     Key("sim", ("object",), table=SIM),
     Key("policy", ("array",), "the policies to compare: at least one [[policy]] table", table=POLICY,
         required=True),
@@ -96,12 +98,17 @@ CLAIM = Table("[[claim]]", (
     Key("unit", ("string",), "\"%\" prints values x 100"),
     Key("note", ("string",), "why we believe it misses, when it does"),
 ), "one claim of the paper, checked against the study's results")
+BANK = Table("[bank]", (
+    Key("runs_per_family", ("integer",), "runs of each numpy bank family (default 5)"),
+    Key("seed", ("integer",), "seed of the numpy bank (default 0)"),
+    Key("trl", ("boolean",), "add the shipped TRL GRPO runs (default true)"),
+), "RLHF jobs replay bank runs (`workloads.bank.BankSpec`) instead of generated curves")
 STUDY = Table("study spec", (
     Key("name", ("string",), "the study's name", required=True),
     Key("title", ("string",)), Key("description", ("string",)),
     Key("extends", ("string",), "another study whose document this one is merged over"),
     Key("order", ("integer",), "sort key of --list and the report (default 100)"),
-    Key("role", ("string",), "how to read its claims", enum=("paper", "transfer", "extra")),
+    Key("role", ("string",), "how to read its claims", enum=("paper", "transfer", "beyond", "extra")),
     Key("seeds", ("integer",), "seeds (>= 2; default 30)"),
     Key("baseline", ("string",), "a policy label"), Key("treatment", ("string",), "a policy label"),
     Key("jct_cdf", ("boolean",), "keep per-job JCTs for a CDF figure"),
@@ -111,6 +118,7 @@ STUDY = Table("study spec", (
     Key("policy", ("array",), "the policies (at least one)", table=POLICY, required=True),
     Key("sweep", ("object",), table=SWEEP), Key("claim", ("array",), table=CLAIM),
     Key("notes", ("object",), "claim name = why we believe it misses here"),
+    Key("bank", ("object",), table=BANK),
 ), "a study of src/evalstop/experiments/specs/ (docs/studies.md)")
 
 

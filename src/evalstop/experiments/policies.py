@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..detectors import parse_spec
+from ..detectors import DEFAULT_SPEC, parse_spec
 from ..schedulers import EvalStop, Scheduler, make_scheduler
 from ..sim.cluster import SimConfig
 
@@ -16,7 +16,8 @@ PAPER_DETECTOR = "evalstop:k=2,against=best"
 
 @dataclass(frozen=True)
 class PolicySpec:
-    """``label`` names the row in tables; ``detector`` is a detector spec or None (no rule);
+    """``label`` names the row in tables; ``detector`` is a detector spec, ``"default"`` (the
+    library's ``DEFAULT_SPEC``, whatever it is) or None (no rule);
     ``watch`` the job kinds the rule applies to (None = all); ``oracle`` stops each hacking job
     at its true best checkpoint (simulator only: it reads the hidden labels)."""
 
@@ -31,7 +32,8 @@ class PolicySpec:
         base = make_scheduler(self.base, **dict(self.base_params))
         scheduler: Scheduler = base
         if self.detector is not None:
-            scheduler = EvalStop(base, parse_spec(self.detector), watch=self.watch)
+            spec = DEFAULT_SPEC if self.detector == "default" else self.detector
+            scheduler = EvalStop(base, parse_spec(spec), watch=self.watch)
         config = sim or SimConfig()
         if self.oracle:
             config = SimConfig(config.preempt_overhead_s, config.eval_path, oracle=True)

@@ -101,6 +101,7 @@ def render_markdown(
     if not figures:
         lines += [NO_FIGURES, ""]
     lines += _claims_md(doc)
+    lines += _beyond_md(doc)
     lines += ["## Columns", "", *legend_lines(_LEGEND, prefix="- "), ""]
     for name, study in doc["studies"].items():
         lines += ["", f"## {study['title']}", ""]
@@ -144,6 +145,30 @@ def _claims_md(doc: Mapping[str, Any]) -> list[str]:
             lines += [f"- **{c['study']}: {c['name']}.** {' '.join(c['note'].split())}" for c in notes]
         lines.append("")
     return lines
+
+
+_BEYOND = (("precision", "precision %", 100, 1), ("recall", "recall %", 100, 1), ("fpr", "FPR %", 100, 1),
+           ("jct_mean_s", "JCT mean h", 1 / 3600, 2), ("mean_regret", "regret (all jobs)", 1, 3),
+           ("mean_regret_hacking", "regret (hacking)", 1, 3))
+
+
+def _beyond_md(doc: Mapping[str, Any]) -> list[str]:
+    """The recommended (default) rule beside the paper's rule on every ``beyond`` study: one
+    table, every policy of each study, with the JCT change against the study's baseline."""
+    studies = [s for s in doc["studies"].values() if s.get("role") == "beyond" and s["status"] == "ok"]
+    if not studies:
+        return []
+    head = ["study", "policy", *[t[1] for t in _BEYOND], "JCT change vs baseline"]
+    lines = ["## Beyond the paper: the default rule beside the paper's rule", "",
+             "The rule evalstop uses when none is named (`DEFAULT_SPEC`) and the paper's rule on the same "
+             "workloads per seed (means and 95 % CIs over seeds; sections below give each setting).", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for study in studies:
+        for label, stats in study["summary"][0].items():
+            cells = [study["name"], label, *[_stat(stats[m], scale, d) for m, _, scale, d in _BEYOND]]
+            cells.append(_jct_change(study["comparisons"][0].get(label))[0])
+            lines.append("| " + " | ".join(cells) + " |")
+    return [*lines, ""]
 
 
 def _setting(study: Mapping[str, Any]) -> str:

@@ -32,11 +32,18 @@ def run_seed(
     seed: int,
     sim: SimConfig | None = None,
     bank: Sequence[BankRun] | None = None,
+    trace: str | None = None,
 ) -> list[Row]:
     """Pure: one workload for ``seed``, every policy on it, one metrics row per policy. With a
     ``bank``, the RLHF jobs take their eval curves and truth from bank runs (drawn with the same
-    seed); sizes, arrivals and the LoRA/DPO jobs stay those of the preset."""
-    jobs = generate(workload, seed)
+    seed); sizes, arrivals and the LoRA/DPO jobs stay those of the preset. With a ``trace``
+    (a ``jobs.csv``, see ``workloads.jobs_csv``) the jobs are the file's."""
+    if trace is not None:
+        from ..workloads.jobs_csv import load_jobs_csv
+
+        jobs = load_jobs_csv(trace, workload, seed)
+    else:
+        jobs = generate(workload, seed)
     if bank is not None:
         jobs = bank_workload(jobs, bank, seed)
     return run_policies(jobs, policies, sim)
@@ -68,18 +75,21 @@ def run_seeds(
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
     bank: Sequence[BankRun] | None = None,
+    trace: str | None = None,
 ) -> list[Row]:
     """All rows for all seeds, in seed order. ``workers=1`` runs in this process."""
     workers = workers or min(len(seeds), os.cpu_count() or 1)
     results: dict[int, list[Row]] = {}
     if workers <= 1:
         for seed in seeds:
-            results[seed] = run_seed(workload, policies, seed, sim, bank)
+            results[seed] = run_seed(workload, policies, seed, sim, bank, trace)
             _tick(progress, len(results), len(seeds))
     else:
         pool = ProcessPoolExecutor(max_workers=workers, initializer=ignore_sigint)
         try:
-            futures = {seed: pool.submit(run_seed, workload, policies, seed, sim, bank) for seed in seeds}
+            futures = {
+                seed: pool.submit(run_seed, workload, policies, seed, sim, bank, trace) for seed in seeds
+            }
             for seed, future in futures.items():
                 results[seed] = future.result()
                 _tick(progress, len(results), len(seeds))

@@ -13,6 +13,7 @@ from ..sim.cluster import SimConfig
 from ..sim.metrics import metrics_table
 from ..workloads import PRESETS, WorkloadConfig
 from ..workloads.bank import BankRun, read_bank
+from ..workloads.jobs_csv import read_jobs_csv
 from .config_schema import SIMULATE, check_policies
 from .legend import legend_lines
 from .policies import PolicySpec
@@ -26,6 +27,7 @@ preset = "paper"
 n_jobs = 1000
 offered_load = 0.7
 # bank = "bank"     # RLHF jobs replay runs of this `evalstop bank` directory (relative to this file)
+# trace = "jobs.csv" # your own jobs: job_id,submit_s,gpus,duration_s[,kind,tenant] (n_jobs ignored)
 
 [sim]
 preempt_overhead_s = 120.0
@@ -55,6 +57,7 @@ class Config(NamedTuple):
     policies: list[PolicySpec]
     seeds: list[int]
     bank: tuple[BankRun, ...] | None = None
+    trace: str | None = None  # a jobs.csv (workloads.jobs_csv), checked when loaded
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -77,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"evalstop simulate: {args.config}: {exc}", file=sys.stderr)
         return 2
     rows = run_seeds(config.workload, config.policies, config.seeds, config.sim,
-                     progress=stderr_progress("simulate"), bank=config.bank)
+                     progress=stderr_progress("simulate"), bank=config.bank, trace=config.trace)
     if args.json:
         print(json.dumps(rows, indent=1))
     else:
@@ -86,12 +89,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def load_config(doc: dict[str, Any], base_dir: Path | None = None) -> Config:
-    """Validate a parsed config; a relative ``workload.bank`` is resolved against ``base_dir``
-    (the config file's directory; default: the working directory)."""
+    """Validate a parsed config; a relative ``workload.bank`` or ``workload.trace`` is resolved
+    against ``base_dir`` (the config file's directory; default: the working directory)."""
     check_policies(doc.get("policy"), ConfigError)  # first: its messages are the most specific
     SIMULATE.check(doc, ConfigError, "top level")
     workload_doc = dict(doc.get("workload", {}))
     bank = _load_bank(workload_doc.pop("bank", None), base_dir or Path("."))
+    trace_value = workload_doc.pop("trace", None)
     preset = workload_doc.pop("preset", "paper")
     for key, value in workload_doc.items():
         if isinstance(value, list):
@@ -101,6 +105,14 @@ def load_config(doc: dict[str, Any], base_dir: Path | None = None) -> Config:
         sim = SimConfig(**doc.get("sim", {}))
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    trace = None
+    if trace_value is not None:
+        if not isinstance(trace_value, str):
+            raise ConfigError(f"workload.trace must be a path to a jobs.csv. Got {trace_value!r} instead.")
+        if bank is not None:
+            raise ConfigError("workload.trace and workload.bank cannot be combined")
+        trace = str((base_dir or Path(".")) / trace_value)
+        read_jobs_csv(trace, workload.total_gpus)  # every row is checked now, not mid-run
     policies = []
     for i, p in enumerate(doc["policy"]):
         watch = p.get("watch", ["rlhf"])
@@ -115,7 +127,7 @@ def load_config(doc: dict[str, Any], base_dir: Path | None = None) -> Config:
     if not seeds or any(s < 0 for s in seeds):
         raise ConfigError(f"top level: 'seeds' must be a non-empty list of integers >= 0. "
                           f"Got {seeds!r} instead.")
-    return Config(workload, sim, policies, seeds, bank)
+    return Config(workload, sim, policies, seeds, bank, trace)
 
 
 def _load_bank(value: Any, base_dir: Path) -> tuple[BankRun, ...] | None:

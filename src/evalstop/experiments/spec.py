@@ -25,6 +25,7 @@ from ..detectors import parse_spec
 from ..detectors._spec import format_spec, parameter_names
 from ..sim.cluster import SimConfig
 from ..workloads import PRESETS, WorkloadConfig
+from ..workloads.bank import BankSpec
 from ..workloads.philly import TraceSpec
 from .config_schema import CLAIM, POLICY, STUDY, SWEEP, TRACE, WORKLOAD, check_policies
 from .policies import PolicySpec
@@ -37,7 +38,7 @@ __all__ = [
 # The keys of each table come from its one declaration (config_schema.py, also the JSON Schema).
 _TOP, _POLICY, _SWEEP, _TRACE, _CLAIM = (set(t.names()) for t in (STUDY, POLICY, SWEEP, TRACE, CLAIM))
 CLAIM_KINDS = ("value", "change", "at_least", "at_most", "change_within")
-ROLES = ("paper", "transfer", "extra")
+ROLES = ("paper", "transfer", "beyond", "extra")
 _TUPLE_FIELDS = ("quality_start", "rlhf_gain", "healthy_rate", "lora_rate", "lora_gain", "dpo_rate",
                  "dpo_gain", "dpo_plateau_from", "loss_tau")
 _PARAM_PREFIXES = ("workload.", "sim.", "trace.", "detector.", "policy.")
@@ -82,9 +83,12 @@ class PointSpec:
     policies: tuple[PolicySpec, ...]
     trace: TraceSpec | None = None
     jct_cdf: bool = False
+    bank: BankSpec | None = None
 
     def key(self) -> str:
         doc = asdict(self)
+        if self.bank is not None:
+            doc["bank_digest"] = self.bank.digest()
         if self.trace is not None:
             from ..workloads.philly import trace_digest
 
@@ -209,7 +213,13 @@ def parse_study(doc: Mapping[str, Any], source: str = "") -> StudySpec:
         _reject_unknown("[trace]", trace_doc, _TRACE)
     sim_doc = dict(doc.get("sim", {}))
     _reject_unknown("[sim]", sim_doc, set(SimConfig.__dataclass_fields__))
-    base = _Base(PRESETS[preset], workload_doc, trace_doc, sim_doc, policies, bool(doc.get("jct_cdf", False)))
+    bank_doc = doc.get("bank")
+    try:
+        bank = None if bank_doc is None else BankSpec(**bank_doc)
+    except (TypeError, ValueError) as exc:
+        raise SpecError(f"[bank]: {exc}") from None
+    base = _Base(PRESETS[preset], workload_doc, trace_doc, sim_doc, policies, bool(doc.get("jct_cdf", False)),
+                 bank)
     base.point({})  # validate the unswept configuration
     sweep = doc.get("sweep")
     x_param, x_label, x_unit, ticks, log_x = None, "", "", None, False
@@ -257,6 +267,7 @@ class _Base:
     sim: Mapping[str, Any]
     policies: tuple[PolicySpec, ...]
     jct_cdf: bool
+    bank: BankSpec | None = None
 
     def point(self, assignment: Mapping[str, Any]) -> PointSpec:
         workload, sim = dict(self.workload), dict(self.sim)
@@ -289,7 +300,7 @@ class _Base:
         for p in policies:
             p.build()  # names and parameters are checked now, not mid-sweep
         return PointSpec(config, SimConfig(**sim), tuple(policies),
-                         None if trace is None else TraceSpec(**trace), self.jct_cdf)
+                         None if trace is None else TraceSpec(**trace), self.jct_cdf, self.bank)
 
 
 def _set_detector_param(policy: PolicySpec, key: str, value: Any) -> PolicySpec:

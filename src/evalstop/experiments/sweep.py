@@ -25,6 +25,7 @@ from typing import Any
 
 from .. import __version__
 from ..workloads import Workload, generate
+from ..workloads.bank import bank_workload, load_bank
 from .runner import ignore_sigint, run_policies
 from .spec import PointSpec
 
@@ -44,10 +45,14 @@ def run_point(point: PointSpec, seed: int) -> list[Row]:
 
 def _workload(point: PointSpec, seed: int) -> Workload:
     if point.trace is None:
-        return generate(point.workload, seed)
-    from ..workloads.philly import generate_from_trace
+        jobs = generate(point.workload, seed)
+    else:
+        from ..workloads.philly import generate_from_trace
 
-    return generate_from_trace(point.workload, point.trace, seed)
+        jobs = generate_from_trace(point.workload, point.trace, seed)
+    if point.bank is None:
+        return jobs
+    return bank_workload(jobs, load_bank(point.bank), seed)
 
 
 _CODE_VERSION: str | None = None

@@ -19,9 +19,10 @@ from typing import Any
 
 from ..detectors import DEFAULT_SPEC, parse_spec
 from ..workloads import PRESETS, generate
-from ..workloads.bank import BankRun, build_bank, read_bank
+from ..workloads.bank import BankRun, build_bank, read_bank, shipped_trl_bank
 from ..workloads.supervised import load_supervised
 from .bank_sim import bank_policies, render_cluster, run_bank_seed, summarise
+from .cadence import bank_at, cases_of, default_check, held_out_choice, render_check
 from .holdout import Case, HeldOut, cross_validate, expand_grid, family_folds, metrics, objective, outcomes
 
 #: rule (spec name, maybe with fixed parameters) -> parameter grid searched on training families
@@ -39,11 +40,17 @@ GRIDS: dict[str, dict[str, list[Any]]] = {
 
 #: specs scored as given (no tuning): each rule's defaults and the paper preset
 FIXED = (
-    "evalstop", "evalstop:k=2,against=best", "patience", "cusum", "mann-kendall", "noise-aware", "paired",
-    "fixed-progress", "never",
+    DEFAULT_SPEC, "evalstop", "evalstop:k=2,against=best", "patience", "cusum", "mann-kendall",
+    "noise-aware", "paired", "fixed-progress", "never",
 )
 
 SYNTHETIC_JOBS = 1500
+
+#: Candidates for the one default, chosen with families held out at every cadence at once.
+DEFAULT_CANDIDATES: dict[str, dict[str, list[Any]]] = {
+    "cusum": {"threshold": [2.0, 3.0, 4.0, 5.0], "drift": [1.5, 2.0, 2.5, 3.0], "n_warmup_evals": [3, 4, 5]},
+    "noise-aware": {"k": [1, 2], "z": [2.5, 3.0, 3.5, 4.0], "n_warmup_evals": [3, 4]},
+}
 
 COLUMNS = (
     ("precision", "precision"), ("recall", "recall"), ("fpr", "FPR"), ("fpr_controls", "FPR controls"),
@@ -186,6 +193,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="family folds for held-out choice (default 0: leave one family out)")
     parser.add_argument("--fold-seed", type=int, default=0, help="seed of the family split (default 0)")
     parser.add_argument("--json", action="store_true", help="print the study as JSON")
+    parser.add_argument("--trl-bank", default=None,
+                        help="TRL GRPO runs added to the in-memory bank, or 'none' (default: shipped runs)")
+    parser.add_argument("--cadences", default="10,40",
+                        help="evals per job at which the default is checked, or 'none' (default 10,40)")
+    parser.add_argument("--default-spec", default=None,
+                        help=f"spec checked as the default (default {DEFAULT_SPEC})")
     parser.add_argument("--synthetic", action="append", default=[], metavar="PRESET",
                         help="also score the fixed specs on this synthetic preset's RLHF jobs (repeatable)")
     parser.add_argument("--plot", type=Path, default=None, metavar="PNG",
@@ -203,10 +216,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     try:
-        runs = read_bank(args.bank) if args.bank else build_bank(args.seed, args.runs_per_family)
+        trl = _load_trl(args.trl_bank)
+        runs = read_bank(args.bank) if args.bank else build_bank(args.seed, args.runs_per_family) + trl
         supervised = _load_supervised(args.supervised)
         study = validate(runs, supervised, args.rule or list(GRIDS), args.detector or list(FIXED),
                          args.folds, args.fold_seed, args.synthetic)
+        cadences = _cadences(args.cadences)
+        if cadences:
+            study["default"] = _default_study(args, cadences, trl, supervised)
     except (OSError, ValueError) as exc:
         print(f"evalstop validate: error: {exc}", file=sys.stderr)
         return 2
@@ -220,10 +237,44 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(study, indent=2, default=_json_default))
     else:
         print(render(study), end="")
+        if "default" in study:
+            print("\n" + render_check(study["default"]["check"], study["default"]["held_out"]), end="")
         if "cluster" in study:
             print("\n" + render_cluster(study["cluster"], args.simulate, args.preset), end="")
         print(f"\n({time.perf_counter() - started:.1f} s)")
     return 0
+
+
+def _default_study(
+    args: argparse.Namespace, cadences: Sequence[int], trl: Sequence[BankRun], supervised: Sequence[Case]
+) -> dict[str, Any]:
+    """The default (or ``--default-spec``) at every cadence, and the held-out choice among
+    ``DEFAULT_CANDIDATES`` (the numpy families rebuilt at each cadence, the TRL runs thinned)."""
+    by_cadence = {c: cases_of(bank_at(c, args.seed, args.runs_per_family, trl)) for c in cadences}
+    candidates = [s for rule, grid in DEFAULT_CANDIDATES.items() for s in expand_grid(rule, grid)]
+    spec = args.default_spec or DEFAULT_SPEC
+    return {
+        "check": default_check(spec, by_cadence, supervised),
+        "held_out": held_out_choice(candidates, by_cadence),
+    }
+
+
+def _cadences(text: str) -> list[int]:
+    if text.strip().lower() == "none":
+        return []
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--cadences must be comma-separated ints or 'none'. Got {text!r}.") from None
+    if any(v < 4 or v > 40 for v in values):
+        raise ValueError(f"--cadences must be between 4 and 40 evals (the TRL runs have 40). Got {text!r}.")
+    return values
+
+
+def _load_trl(option: str | None) -> list[BankRun]:
+    if option == "none":
+        return []
+    return shipped_trl_bank() if option is None else read_bank(Path(option))
 
 
 def _simulate(runs: Sequence[BankRun], args: argparse.Namespace) -> dict[str, dict[str, float]]:

@@ -9,7 +9,19 @@ to save a checkpoint and marks it as the best (``state.best_global_step``, and
 ``state.best_model_checkpoint`` once saved), so ``save_total_limit`` never rotates it away and
 ``load_best_model_at_end`` restores it. When the rule fires it saves the current state too, sets
 ``control.should_training_stop`` and writes the verdict to ``<output_dir>/evalstop.json``.
-A run resumed from a checkpoint picks its eval history up from that file.
+
+Names follow HF: ``metric="gold"`` also matches the evaluation's ``eval_gold`` (as
+``metric_for_best_model="gold"`` does), and a metric whose name ends in ``loss`` is read
+lower-is-better unless ``mode`` or the detector's spec says otherwise.
+
+A run resumed from a checkpoint gets its eval history back up to that checkpoint (from the
+checkpoint's callback state, else from ``evalstop.json``) and keeps watching. Resuming past the
+step where the rule fired is refused at train begin, unless ``after_stop="restart"`` (watch the
+resumed run afresh). Misconfiguration fails early: an ``eval_*`` metric with
+``eval_strategy="no"`` at train begin; a metric missing from an evaluation round (of every eval
+dataset) or, with no evaluations, from the training logs, at the next step. Several callbacks
+share ``evalstop.json``: it holds one record per metric (``"metrics"``), and its top level is the
+record of the metric that stopped the run (else the first metric by name).
 """
 
 from __future__ import annotations
@@ -45,12 +57,29 @@ def _eval_key(name: str) -> str:
     return name if name.startswith("eval_") else f"eval_{name}"
 
 
+def _no_eval(args: Any) -> bool:
+    strategy = getattr(args, "eval_strategy", None) or getattr(args, "evaluation_strategy", None)
+    return str(getattr(strategy, "value", strategy)) == "no"
+
+
+def infer_mode(metric: str, detector: Detector | str | None, mode: str | None) -> str | None:
+    """HF's rule: a metric named ``...loss`` is lower-is-better, unless a mode is given (here or in
+    the detector's spec)."""
+    if mode is not None or not metric.endswith("loss"):
+        return mode
+    if isinstance(detector, str) and "mode=" in detector:
+        return None
+    if isinstance(detector, Detector) and getattr(detector, "mode", "max") != "max":
+        return None
+    return "min"
+
+
 def check_training_args(args: Any, metric: str, mode: str) -> None:
     """Raise ValueError if the Trainer would pick its best checkpoint by another rule than ours."""
     chosen = getattr(args, "metric_for_best_model", None)
     if chosen is None:
         return
-    if _eval_key(chosen) != metric:
+    if _eval_key(chosen) != _eval_key(metric):
         raise ValueError(
             f"EvalStopCallback watches {metric!r} but TrainingArguments.metric_for_best_model is "
             f"{chosen!r} (load_best_model_at_end defaults it to 'loss'), so the Trainer would keep "
@@ -81,13 +110,20 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         mode: str | None = None,
         record_name: str = RECORD_NAME,
         remote: RemoteJob | dict[str, Any] | None = None,
+        after_stop: str = "refuse",
     ) -> None:
         if not isinstance(metric, str) or not metric:
             raise ValueError(
                 f"The 'metric' parameter of EvalStopCallback must be a metric name. Got {metric!r} instead."
             )
+        if after_stop not in ("refuse", "restart"):
+            raise ValueError(f"The 'after_stop' parameter of EvalStopCallback must be 'refuse' or 'restart'. "
+                             f"Got {after_stop!r} instead.")
         self.metric = metric
-        self.detector = resolve_detector(detector, mode, "EvalStopCallback")
+        self.after_stop = after_stop
+        #: the logged names that carry the metric: itself, and its ``eval_`` form as HF writes it
+        self._keys = (metric,) if metric.startswith("eval_") else (metric, f"eval_{metric}")
+        self.detector = resolve_detector(detector, infer_mode(metric, detector, mode), "EvalStopCallback")
         self.mode = detector_mode(self.detector)
         self.record_name = record_name
         self.remote = RemoteJob(**remote) if isinstance(remote, dict) else remote
@@ -98,7 +134,8 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         self.history = self._new_history(None)
         self._last_loss: float | None = None
         self._training = False
-        self._missing_warned = False
+        self._eval_round: tuple[int, bool, list[str]] | None = None  # (step, matched, keys seen)
+        self._run_id = ""
 
     @property
     def verdict(self) -> Verdict:
@@ -107,11 +144,42 @@ class EvalStopCallback(TrainerCallback, ExportableState):
     # ---- Trainer hooks -------------------------------------------------------------------------
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         check_training_args(args, self.metric, self.mode)
-        if state.global_step == 0 or (self.remote is not None and not self.history.evals):
+        if _no_eval(args) and self.metric.startswith("eval_"):
+            raise ValueError(
+                f"EvalStopCallback watches the evaluation metric {self.metric!r}, but "
+                f"TrainingArguments.eval_strategy is 'no', so there will be no evaluations. Set "
+                f"eval_strategy='steps' (with eval_steps) or 'epoch'."
+            )
+        step = int(state.global_step)
+        if step == 0 or (self.remote is not None and not self.history.evals):
             self.history = self._new_history(args.output_dir)  # remote: the service has the history
-        elif not self.history.evals:  # resumed from a checkpoint: the history so far is on disk
-            self._reload(args, int(state.global_step))
+        elif self.remote is None:  # resumed from a checkpoint: the history up to it, and no further
+            self._resume(args, step)
+        self._eval_round = None
+        # Callbacks of one train() call share its TrainerState: entries of evalstop.json written
+        # under another run id are from an earlier run and are dropped when this run writes.
+        self._run_id = f"{os.getpid()}:{id(state)}"
         self._training = True
+
+    def _resume(self, args: Any, step: int) -> None:
+        kept = [ev for ev in self.history.evals if ev.step <= step] or self._saved_evals(args, step)
+        self.history = EvalHistory(self.detector)
+        for ev in kept:
+            self.history.add(ev)
+        v = self.verdict
+        if not v.stopped:
+            return
+        if self.after_stop == "restart":
+            self.history = EvalHistory(self.detector)
+            warnings.warn(f"EvalStopCallback: the rule stopped this run at step {v.stop_step}; "
+                          f"after_stop='restart', so it watches the resumed run afresh.", stacklevel=2)
+            return
+        raise ValueError(
+            f"EvalStopCallback: the rule stopped this run at step {v.stop_step} ({v.reason}); resuming "
+            f"from step {step} would train on without a stopping rule. Resume from a checkpoint before "
+            f"step {v.stop_step} (the best is checkpoint-{v.best_step}), or pass after_stop='restart' "
+            f"to watch the resumed run afresh."
+        )
 
     def _new_history(self, output_dir: str | None) -> EvalHistory | RemoteHistory:
         if self.remote is None:
@@ -122,19 +190,22 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         root = os.path.abspath(output_dir)
         return RemoteHistory(self.remote, None, lambda step: os.path.join(root, f"checkpoint-{step}"))
 
-    def _reload(self, args: Any, up_to_step: int) -> None:
+    def _saved_evals(self, args: Any, up_to_step: int) -> list[Eval]:
+        record = self._read_record(args).get("metrics", {}).get(self.metric, {})
+        return [ev for ev in evals_from_rows(record.get("evals", [])) if ev.step <= up_to_step]
+
+    def _read_record(self, args: Any) -> dict[str, Any]:
         path = os.path.join(args.output_dir or "", self.record_name)
         if not os.path.isfile(path):
-            return
+            return {}
         with open(path, encoding="utf-8") as f:
-            record = json.load(f)
-        if record.get("metric") != self.metric:
-            return
-        for ev in evals_from_rows(record.get("evals", [])):
-            if ev.step <= up_to_step:
-                self.history.add(ev)
+            record: dict[str, Any] = json.load(f)
+        if "metrics" not in record and "metric" in record:  # one callback's record, before merging
+            record["metrics"] = {record["metric"]: record}
+        return record
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._check_round()
         self._training = False
         if not self.history.evals:
             warnings.warn(
@@ -144,28 +215,49 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             )
         self._write_record(args, state)
 
+    def _key_in(self, logs: dict[str, Any]) -> str | None:
+        return next((k for k in self._keys if k in logs), None)
+
     def on_log(
         self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any
     ) -> None:
         logs = logs or {}
         if "loss" in logs:
             self._last_loss = as_score(logs["loss"])
-        if self.metric in logs:
-            self._observe(args, state, control, logs[self.metric])
+        key = self._key_in(logs)
+        if key is not None:
+            self._observe(args, state, control, logs[key])
+        elif "loss" in logs and _no_eval(args) and self._training and not self.history.evals:
+            raise ValueError(
+                f"EvalStopCallback: metric {self.metric!r} is not in the training logs {sorted(logs)}, and "
+                f"eval_strategy is 'no', so no evaluation will log it. Watch one of the logged names."
+            )
 
     def on_evaluate(
         self, args: Any, state: Any, control: Any, metrics: dict[str, Any] | None = None, **kwargs: Any
     ) -> None:
         metrics = metrics or {}
-        if self.metric in metrics:
-            self._observe(args, state, control, metrics[self.metric])
-        elif self.metric.startswith("eval_") and not self._missing_warned:
-            self._missing_warned = True
-            warnings.warn(
-                f"EvalStopCallback: metric {self.metric!r} is not in the evaluation metrics "
-                f"{sorted(metrics)}; this eval is ignored.",
-                stacklevel=2,
-            )
+        key = self._key_in(metrics)
+        step = int(state.global_step)
+        # One round per step: with several eval datasets, each is evaluated (and reported) alone.
+        matched, seen = (False, []) if self._eval_round is None or self._eval_round[0] != step else \
+            self._eval_round[1:]
+        self._eval_round = (step, matched or key is not None, [*seen, *sorted(metrics)])
+        if key is not None:
+            self._observe(args, state, control, metrics[key])
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._check_round()
+
+    def _check_round(self) -> None:
+        """An evaluation round that never carried the metric is a misconfiguration: fail now."""
+        if self._eval_round is None or self._eval_round[1] or not self._training:
+            return
+        step, _, seen = self._eval_round
+        raise ValueError(
+            f"EvalStopCallback: metric {self.metric!r} (or {_eval_key(self.metric)!r}) is not among the "
+            f"evaluation metrics at step {step}: {sorted(set(seen))}. Set metric= to one of them."
+        )
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         best = self._best_checkpoint(args)
@@ -201,12 +293,19 @@ class EvalStopCallback(TrainerCallback, ExportableState):
     def _write_record(self, args: Any, state: Any) -> None:
         if not state.is_world_process_zero or not args.output_dir:
             return
-        record = {"metric": self.metric, "mode": self.mode, **self.history.record()}
-        record["best_checkpoint"] = self._best_checkpoint(args)
+        mine = {"metric": self.metric, "mode": self.mode, **self.history.record()}
+        mine["best_checkpoint"] = self._best_checkpoint(args)
+        mine["run_id"] = self._run_id
+        others = {k: r for k, r in self._read_record(args).get("metrics", {}).items()
+                  if r.get("run_id") == self._run_id}
+        metrics = {**others, self.metric: mine}
+        stopped = sorted((r for r in metrics.values() if r.get("decision") == "stop"),
+                         key=lambda r: (r.get("stop_step") or 0, r["metric"]))
+        top = stopped[0] if stopped else metrics[min(metrics)]
         os.makedirs(args.output_dir, exist_ok=True)
         path = os.path.join(args.output_dir, self.record_name)
         with open(path + ".tmp", "w", encoding="utf-8") as f:
-            json.dump(record, f, indent=1)
+            json.dump({**top, "metrics": metrics}, f, indent=1)
         os.replace(path + ".tmp", path)
 
     # ---- checkpointed callback state (restore_callback_states_from_checkpoint) -----------------
@@ -227,6 +326,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
                 "mode": self.mode,
                 "record_name": self.record_name,
                 "remote": remote,
+                "after_stop": self.after_stop,
             },
             "attributes": attributes,
         }

@@ -13,8 +13,7 @@ arrival to its end, so memory grows with the jobs in the system, not with the wo
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,14 +22,16 @@ from .._validation import check_choice, check_float
 from ..detectors import Decision, Monitor, Verdict
 from ..schedulers import JobView, Scheduler
 from ..workloads import JobSpec, JobTruth, Workload
+from ._inputs import ARRIVED, COMPLETED, KILLED, PREEMPTED, STARTED, EventLog, check_jobs, in_arrival_order
 from .allocation import fill_free, merge_pass
 from .engine import Engine
 from .outcome import JobOutcome, SimResult
 from .waiting import WidthHeaps
 
 DEPART, ARRIVE = 0, 1  # same-time priority: free GPUs before handing them out
-#: Event-log entries hashed per update: bounds the text held in memory at the end of a run.
-_HASH_CHUNK = 1 << 16
+#: Events due within this relative distance of an instant (seconds below 1 s) happen at it:
+#: far below any time scale modelled (evals are minutes apart), far above float round-off.
+TIME_TOL_S = 1e-9
 
 
 class SimulationInvariantError(RuntimeError):
@@ -56,8 +57,8 @@ class _Job:
 
     __slots__ = (
         "attained_at_seg", "done", "duration_s", "first_start_s", "gpu_s_overhead", "kill_at",
-        "kill_verdict", "monitor", "n_preempt", "next_eval", "overhead_left", "seg_start", "spec",
-        "target_s", "truth", "version", "view",
+        "kill_verdict", "monitor", "n_preempt", "next_eval", "overhead_left", "rank_milestone",
+        "seg_start", "spec", "target_s", "truth", "version", "view",
     )
 
     def __init__(self, spec: JobSpec, truth: JobTruth) -> None:
@@ -76,6 +77,7 @@ class _Job:
         self.monitor: Monitor | None = None  # the stopping rule watching the job (events path)
         self.version = 0
         self.target_s = 0.0
+        self.rank_milestone = False  # the scheduled milestone is a rank change (next_change_s)
         self.done = False
 
     def attained_at(self, now: float) -> float:
@@ -92,6 +94,7 @@ class ClusterSim:
         self.config = config or SimConfig()
         self.scheduler = scheduler
         self.total_gpus = workload.config.total_gpus
+        check_jobs(workload)
         self.seed = workload.seed
         self.workload = workload
         self.engine = Engine()
@@ -103,11 +106,16 @@ class ClusterSim:
         self._last_t = 0.0
         self._plan_kills = self.config.eval_path == "fast" or self.config.oracle
         self._eval_events = self.config.eval_path == "events" and not self.config.oracle
-        self.log: list[tuple[float, str, int]] = []
+        self.events = EventLog()
         self.outcomes: dict[int, JobOutcome] = {}
         #: Static-rank policies (see ``Scheduler.static_rank``): waiting jobs in width heaps.
         self._static = scheduler.static_rank
         self._queue: WidthHeaps[_Job] = WidthHeaps()
+
+    @property
+    def log(self) -> list[tuple[float, str, int]]:
+        """The event log as (time, event, job id) tuples, built on demand."""
+        return self.events.entries()
 
     # -- the run -------------------------------------------------------------------------
     def run(self) -> SimResult:
@@ -116,16 +124,18 @@ class ClusterSim:
         return self._result()
 
     def _run_events(self) -> None:
-        arrivals = _in_arrival_order(self.workload)
+        arrivals = in_arrival_order(self.workload)
         self._schedule_arrival(arrivals)
         while (event := self.engine.pop()) is not None:
             now = self.engine.now
             self._account(now)
             changed = self._handle(event, arrivals, now)
             # Every event of this instant first (departures sort before arrivals), then one
-            # allocation: a job due to finish now is never preempted now.
-            while self.engine.peek_time() == now:
-                changed |= self._handle(self.engine.pop(), arrivals, now)
+            # allocation: a job due to finish now is never preempted now. "Now" spans float
+            # round-off (TIME_TOL_S): a job due at 0.1 + 0.2 finishes at an arrival at 0.3.
+            due_by = now + TIME_TOL_S * max(1.0, abs(now))
+            while (event := self.engine.pop_due(due_by)) is not None:
+                changed |= self._handle(event, arrivals, now)
             # Only stale timers (of preempted jobs) fired: under a static-rank policy the
             # allocation cannot change (waiting ranks are fixed, running ones only improve).
             if changed or not self._static:
@@ -156,7 +166,7 @@ class ClusterSim:
         self._last_t = now
 
     def _arrive(self, job: _Job, now: float) -> None:
-        self.log.append((now, "arrive", job.spec.job_id))
+        self.events.add(now, ARRIVED, job.spec.job_id)
         self.scheduler.on_job_add(job.view, now)
         if self._plan_kills:
             job.kill_verdict = self._plan_kill(job)
@@ -177,11 +187,17 @@ class ClusterSim:
 
     # -- milestones ----------------------------------------------------------------------
     def _milestone(self, job: _Job, now: float) -> None:
-        """The job's attained service reached its next target: eval, kill, completion or rank change."""
-        self._close_segment(job, now)
-        # Snap to the exact target this event was scheduled for: float round-off in
-        # now - seg_start must not leave the job a hair short of its milestone.
-        attained = job.attained_at_seg = job.view.attained_s = job.target_s
+        """The job's attained service reached its next target: eval, kill, completion or rank change.
+
+        Its attained service is that target exactly (float round-off in now - seg_start must not
+        leave it a hair short). An eval milestone that does not end the job leaves its running
+        segment open, so the next milestone is timed from the segment's start, as on the fast
+        path where no eval event lies between them: both paths compute the same times, bit for
+        bit. A rank change, which both paths share, starts a new segment."""
+        if job.rank_milestone:
+            self._close_segment(job, now)
+            job.attained_at_seg = job.target_s
+        attained = job.view.attained_s = job.target_s
         evals = job.spec.evals
         if self._eval_events:
             monitor = job.monitor
@@ -191,28 +207,34 @@ class ClusterSim:
                     continue
                 verdict = monitor.observe(evals[job.next_eval - 1])
                 if monitor.fired_now:
-                    self._end(job, now, verdict)
+                    self._end_at_milestone(job, now, verdict)
                     return
         if job.kill_at is not None and job.eval_target_s(job.kill_at) <= attained:
-            self._end(job, now, job.kill_verdict)
-            return
-        if attained >= job.duration_s:
-            self._end(job, now, None)
-            return
-        self._schedule_next(job)
+            self._end_at_milestone(job, now, job.kill_verdict)
+        elif attained >= job.duration_s:
+            self._end_at_milestone(job, now, None)
+        else:
+            self._schedule_next(job, attained)
 
-    def _schedule_next(self, job: _Job) -> None:
-        attained = job.attained_at_seg
+    def _end_at_milestone(self, job: _Job, now: float, verdict: Verdict | None) -> None:
+        target = job.target_s
+        self._close_segment(job, now)
+        job.attained_at_seg = job.view.attained_s = target
+        self._end(job, now, verdict)
+
+    def _schedule_next(self, job: _Job, attained: float) -> None:
+        """Schedule the job's next milestone; ``attained`` is its service now."""
         target = job.duration_s
         if self._eval_events and job.next_eval < len(job.spec.evals):
             target = min(target, job.eval_target_s(job.next_eval))
         if job.kill_at is not None:
             target = min(target, job.eval_target_s(job.kill_at))
         change = self.scheduler.next_change_s(job.view)
-        if change is not None and change > attained:
-            target = min(target, change)
+        job.rank_milestone = change is not None and attained < change <= target
+        if change is not None and job.rank_milestone:
+            target = change
         job.target_s = target
-        when = job.seg_start + job.overhead_left + (target - attained)
+        when = job.seg_start + job.overhead_left + (target - job.attained_at_seg)
         self.engine.schedule(when, DEPART, ("milestone", job, job.version))
 
     def _close_segment(self, job: _Job, now: float) -> None:
@@ -320,8 +342,8 @@ class ClusterSim:
         job.overhead_left = self.config.preempt_overhead_s if job.n_preempt else 0.0
         job.view.running = True
         self.scheduler.on_start(job.view, now)
-        self.log.append((now, "start", job_id))
-        self._schedule_next(job)
+        self.events.add(now, STARTED, job_id)
+        self._schedule_next(job, job.attained_at_seg)
 
     def _release(self, job: _Job, now: float) -> None:
         """Take the job's GPUs back; its accounting is already closed at ``now``."""
@@ -337,14 +359,14 @@ class ClusterSim:
         self._release(job, now)
         job.n_preempt += 1
         self._enqueue(job)
-        self.log.append((now, "preempt", job.spec.job_id))
+        self.events.add(now, PREEMPTED, job.spec.job_id)
 
     def _end(self, job: _Job, now: float, verdict: Verdict | None) -> None:
         """Kill or complete the job at one of its milestones (whose segment is closed at ``now``)."""
         self._release(job, now)
         job.done = True
         self.scheduler.on_job_end(job.view, now)
-        self.log.append((now, "kill" if verdict is not None else "complete", job.spec.job_id))
+        self.events.add(now, KILLED if verdict is not None else COMPLETED, job.spec.job_id)
         self.outcomes[job.spec.job_id] = _outcome(job, now, verdict)
 
     # -- results -------------------------------------------------------------------------
@@ -365,23 +387,7 @@ class ClusterSim:
         first = min(o.arrival_s for o in outcomes)
         makespan = max(o.end_s for o in outcomes) - first
         policy = "oracle" if self.config.oracle else self.scheduler.name
-        return SimResult(policy, self.seed, self.total_gpus, makespan, outcomes, _log_digest(self.log))
-
-
-def _in_arrival_order(workload: Workload) -> Iterator[tuple[JobSpec, JobTruth]]:
-    """The workload's (spec, truth) pairs by arrival time; ties keep the workload's order."""
-    pairs = list(zip(workload.jobs, workload.truth, strict=True))
-    return iter(sorted(pairs, key=lambda pair: pair[0].arrival_s))
-
-
-def _log_digest(log: Sequence[tuple[float, str, int]]) -> str:
-    """SHA-256 of the event log's lines (``repr`` of each entry, joined by newlines), hashed
-    chunk by chunk so the whole text never sits in memory at once."""
-    digest = hashlib.sha256()
-    for first in range(0, len(log), _HASH_CHUNK):
-        separator = "\n" if first else ""
-        digest.update((separator + "\n".join(map(repr, log[first:first + _HASH_CHUNK]))).encode())
-    return digest.hexdigest()
+        return SimResult(policy, self.seed, self.total_gpus, makespan, outcomes, self.events.digest())
 
 
 def _oracle_verdict(job: _Job) -> Verdict:
@@ -394,7 +400,7 @@ def _oracle_verdict(job: _Job) -> Verdict:
 
 def _outcome(job: _Job, now: float, verdict: Verdict | None) -> JobOutcome:
     truth, spec = job.truth, job.spec
-    progress = job.attained_at_seg / job.duration_s
+    progress = job.attained_at_seg / job.duration_s if job.duration_s > 0 else 1.0
     killed = verdict is not None
     delivered = truth.true_final
     if verdict is not None and verdict.best_index is not None:

@@ -21,6 +21,10 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import functools
+import gzip
+import io
+import json
 import math
 import sys
 import time
@@ -35,6 +39,9 @@ from .._validation import check_int
 from ..detectors import Eval, ItemEval
 from .model import JobTruth, Workload
 from .rl_toy import ToyConfig, ToyRun, run_toy
+from .trl_runs import FAMILIES as TRL_FAMILIES
+from .trl_runs import SHIPPED as TRL_SHIPPED
+from .trl_runs import family_runs as trl_family_runs
 
 HACK_DROP = 0.05
 HEALTHY_DROP = 0.02
@@ -125,9 +132,12 @@ def from_toy(job_id: str, family: str, run: ToyRun, n_steps: int) -> BankRun:
     return BankRun(job_id, family, evals, run.proxy, truth)
 
 
-def build_bank(seed: int, runs_per_family: int, families: Iterable[str] | None = None) -> list[BankRun]:
+def build_bank(
+    seed: int, runs_per_family: int, families: Iterable[str] | None = None, n_evals: int | None = None
+) -> list[BankRun]:
     """Every family's runs; run r of family f uses child seed (f, r) of ``seed``, so adding runs
-    or families never changes the existing ones."""
+    or families never changes the existing ones. ``n_evals`` overrides every family's eval count
+    (training is the same; the eval draws differ)."""
     check_int("build_bank", "runs_per_family", runs_per_family, min_value=1)
     names = list(FAMILIES) if families is None else list(families)
     unknown = [f for f in names if f not in FAMILIES]
@@ -137,18 +147,94 @@ def build_bank(seed: int, runs_per_family: int, families: Iterable[str] | None =
     for name in names:
         family_seed = np.random.SeedSequence(seed, spawn_key=(list(FAMILIES).index(name),))
         config = BASE.with_(**FAMILIES[name])
+        config = config if n_evals is None else config.with_(n_evals=n_evals)
         for r, child in enumerate(family_seed.spawn(runs_per_family)):
             runs.append(bank_run(f"{name}-{r:03d}", name, config, child))
     return runs
 
 
+def build_trl_bank(
+    seed: int, runs_per_family: int, families: Iterable[str] | None = None, log: Any = None
+) -> list[BankRun]:
+    """Runs of the real-trainer (TRL GRPO) families, ``trl_runs``: slow (about 15 s a run on one
+    CPU core); the bank that ships with the package is ``shipped_trl_bank()``."""
+    from .trl_runs import run_grpo
+
+    check_int("build_trl_bank", "runs_per_family", runs_per_family, min_value=1)
+    names = list(TRL_FAMILIES) if families is None else list(families)
+    runs = []
+    for name in names:
+        for job_id, config, child in trl_family_runs(name, seed, runs_per_family):
+            started = time.perf_counter()
+            runs.append(from_toy(job_id, name, run_grpo(config, child), config.n_steps))
+            if log is not None:
+                print(f"{job_id}: {runs[-1].truth.label} ({time.perf_counter() - started:.1f} s)", file=log)
+    return runs
+
+
+def at_cadence(run: BankRun, n_evals: int) -> BankRun:
+    """``run`` watched at ``n_evals`` evenly spaced evals ending at its last one (it must have at
+    least that many), relabelled from its true gold at those evals."""
+    check_int("at_cadence", "n_evals", n_evals, min_value=1)
+    have = len(run.evals)
+    if n_evals > have:
+        raise ValueError(f"at_cadence: run {run.job_id!r} has {have} evals, fewer than n_evals={n_evals}.")
+    keep = sorted({have - 1 - round(i * have / n_evals) for i in range(n_evals)})
+    gold = tuple(run.truth.true_gold[i] for i in keep)
+    label, peak = label_curve(gold)
+    evals = tuple(run.evals[i] for i in keep)
+    truth = RunTruth(label, peak, evals[peak].step, evals[peak].progress or 0.0, gold[peak], gold[-1], gold)
+    return BankRun(run.job_id, run.family, evals, tuple(run.proxy[i] for i in keep), truth)
+
+
+def shipped_trl_bank() -> list[BankRun]:
+    """The TRL GRPO runs shipped as package data (``data/trl-bank/meta.json`` has the command)."""
+    return read_bank(TRL_SHIPPED)
+
+
+@dataclass(frozen=True)
+class BankSpec:
+    """A bank that simulated RLHF jobs replay: the numpy families (``runs_per_family`` runs of
+    seed ``seed``) plus, with ``trl``, the shipped TRL GRPO runs."""
+
+    runs_per_family: int = 5
+    seed: int = 0
+    trl: bool = True
+
+    def __post_init__(self) -> None:
+        check_int("BankSpec", "runs_per_family", self.runs_per_family, min_value=1)
+        check_int("BankSpec", "seed", self.seed)
+        if not isinstance(self.trl, bool):
+            raise ValueError(f"The 'trl' parameter of BankSpec must be a bool. Got {self.trl!r} instead.")
+
+    def digest(self) -> str:
+        """What the shipped TRL runs hold (they are data, not code: part of a cache key)."""
+        if not self.trl:
+            return ""
+        import hashlib
+
+        digest = hashlib.sha256()
+        for name in ("curves.csv.gz", "truth.csv"):
+            digest.update((TRL_SHIPPED / name).read_bytes())
+        return digest.hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=4)
+def load_bank(spec: BankSpec) -> tuple[BankRun, ...]:
+    """The runs of ``spec`` (built once per process)."""
+    return tuple(build_bank(spec.seed, spec.runs_per_family) + (shipped_trl_bank() if spec.trl else []))
+
+
 # ---- CSV ------------------------------------------------------------------------------------------
 
 
-def write_bank(runs: Sequence[BankRun], out_dir: Path, items: bool = True) -> tuple[Path, Path]:
+def write_bank(
+    runs: Sequence[BankRun], out_dir: Path, items: bool = True, compress: bool = False
+) -> tuple[Path, Path]:
+    """Write ``curves.csv`` (``curves.csv.gz`` when ``compress``) and ``truth.csv``."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    curves, truth = out_dir / "curves.csv", out_dir / "truth.csv"
-    with curves.open("w", newline="", encoding="utf-8") as f:
+    curves, truth = out_dir / ("curves.csv.gz" if compress else "curves.csv"), out_dir / "truth.csv"
+    with _open_text(curves, "w") as f:
         writer = csv.writer(f, lineterminator="\n")
         writer.writerow(CURVE_COLUMNS if items else CURVE_COLUMNS[:-1])
         for run in runs:
@@ -171,7 +257,8 @@ def read_bank(directory: Path) -> list[BankRun]:
     """Read a bank written by ``write_bank`` (items are optional)."""
     histories: dict[str, list[ItemEval]] = {}
     proxies: dict[str, list[float]] = {}
-    with (directory / "curves.csv").open(newline="", encoding="utf-8") as f:
+    curves = directory / "curves.csv"
+    with _open_text(curves if curves.is_file() else directory / "curves.csv.gz", "r") as f:
         for row in csv.DictReader(f):
             items = tuple(float(x) for x in (row.get("items") or "").split(";") if x)
             ev = ItemEval(
@@ -194,6 +281,31 @@ def read_bank(directory: Path) -> list[BankRun]:
             )
             runs.append(BankRun(job, row["family"], tuple(histories[job]), tuple(proxies[job]), truth))
     return runs
+
+
+def _open_text(path: Path, mode: str) -> Any:
+    """A text file, gzip-compressed when the name ends in ``.gz`` (written with ``mtime=0``, so
+    the same rows give the same bytes)."""
+    if path.suffix != ".gz":
+        return path.open(mode, newline="", encoding="utf-8")
+    if mode == "r":
+        return gzip.open(path, "rt", newline="", encoding="utf-8")
+    return _GzipWriter(path)
+
+
+class _GzipWriter:
+    def __init__(self, path: Path) -> None:
+        self.file = path.open("wb")
+        self.text = io.TextIOWrapper(
+            gzip.GzipFile(filename="", mode="wb", fileobj=self.file, mtime=0), encoding="utf-8", newline=""
+        )
+
+    def __enter__(self) -> io.TextIOWrapper:
+        return self.text
+
+    def __exit__(self, *exc: object) -> None:
+        self.text.close()
+        self.file.close()
 
 
 def _num(value: float | None) -> str:
@@ -238,13 +350,19 @@ def bank_workload(
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--trainer", choices=("toy", "trl"), default="toy",
+                        help="toy: numpy REINFORCE families (fast); trl: TRL GRPO families (about 15 s "
+                        "a run, needs pip install 'evalstop[hf]')")
     parser.add_argument("--seed", type=int, default=0, help="bank seed (default 0)")
     parser.add_argument("--runs-per-family", type=int, default=10, help="runs in each family (default 10)")
     parser.add_argument(
-        "--families", default=None, help=f"comma-separated subset of: {', '.join(FAMILIES)} (default: all)"
+        "--families", default=None,
+        help=f"comma-separated subset of: {', '.join(FAMILIES)} (toy) or {', '.join(TRL_FAMILIES)} (trl); "
+        "default: all of the trainer's",
     )
     parser.add_argument("--out", default="bank", help="output directory (default ./bank)")
     parser.add_argument("--no-items", action="store_true", help="leave out the per-prompt eval scores")
+    parser.add_argument("--gzip", action="store_true", help="write curves.csv.gz")
     parser.set_defaults(run=run)
 
 
@@ -252,14 +370,42 @@ def run(args: argparse.Namespace) -> int:
     families = None if args.families is None else [f.strip() for f in args.families.split(",") if f.strip()]
     started = time.perf_counter()
     try:
-        runs = build_bank(args.seed, args.runs_per_family, families)
+        if args.trainer == "trl":
+            runs = build_trl_bank(args.seed, args.runs_per_family, families, log=sys.stderr)
+        else:
+            runs = build_bank(args.seed, args.runs_per_family, families)
     except ValueError as exc:
         print(f"evalstop bank: error: {exc}", file=sys.stderr)
         return 2
-    curves, truth = write_bank(runs, Path(args.out), items=not args.no_items)
+    except ImportError as exc:
+        print(f"evalstop bank: {exc}; pip install 'evalstop[hf]'", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    curves, truth = write_bank(runs, out, items=not args.no_items, compress=args.gzip)
+    (out / "meta.json").write_text(json.dumps(_meta(args, families, runs), indent=2) + "\n")
     print(summary(runs), end="")
     print(f"wrote {curves} and {truth} ({len(runs)} runs, {time.perf_counter() - started:.1f} s)")
     return 0
+
+
+def _meta(args: argparse.Namespace, families: list[str] | None, runs: Sequence[BankRun]) -> dict[str, Any]:
+    """How the bank was made: the command that rewrites it, and the versions that ran it."""
+    command = ["evalstop", "bank", "--trainer", args.trainer, "--seed", str(args.seed),
+               "--runs-per-family", str(args.runs_per_family)]
+    command += ["--families", ",".join(families)] if families else []
+    command += ["--no-items"] if args.no_items else []
+    command += ["--gzip"] if args.gzip else []
+    versions = {"numpy": np.__version__}
+    if args.trainer == "trl":
+        import torch
+        import transformers
+        import trl
+
+        versions |= {
+            "torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__
+        }
+    return {"command": " ".join([*command, "--out", "DIR"]), "seed": args.seed, "trainer": args.trainer,
+            "runs_per_family": args.runs_per_family, "n_runs": len(runs), "versions": versions}
 
 
 def summary(runs: Sequence[BankRun]) -> str:

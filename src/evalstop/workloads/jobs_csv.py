@@ -1,0 +1,139 @@
+"""A user's own job list: ``jobs.csv`` with one row per job.
+
+Columns (a header row names them; order free, extra columns are an error):
+
+- ``job_id``: integer, unique in the file;
+- ``submit_s``: submission time in seconds (finite, >= 0);
+- ``gpus``: GPUs the job needs at once (integer, 1 to the cluster's ``total_gpus``);
+- ``duration_s``: seconds of GPU time to completion (finite, > 0);
+- ``kind`` (optional): ``rlhf``, ``lora`` or ``dpo`` (default ``rlhf``);
+- ``tenant`` (optional): integer >= 0 (default 0).
+
+The file fixes who arrives when, how wide and how long. What it does not know is drawn from the
+synthetic model with the run's seed, exactly as for the Philly trace: which RLHF jobs hack
+(``hacking_share``), the declared budget (duration times the log-normal
+``budget_error_sigma`` error) and each job's eval curve. Every row is checked before any job is
+built; a bad row raises :class:`InvalidParameterError` naming the file, the row and the value.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from .._validation import InvalidParameterError
+from .model import KINDS, JobColumns, Workload, WorkloadConfig, build_workload
+
+REQUIRED = ("job_id", "submit_s", "gpus", "duration_s")
+OPTIONAL = ("kind", "tenant")
+
+
+class _Rows:
+    """Parsed columns, filled row by row."""
+
+    def __init__(self) -> None:
+        self.ids: list[int] = []
+        self.submit: list[float] = []
+        self.gpus: list[int] = []
+        self.duration: list[float] = []
+        self.kinds: list[str] = []
+        self.tenants: list[int] = []
+
+
+def read_jobs_csv(path: str | Path, total_gpus: int) -> _Rows:
+    """Parse and check every row of ``path`` for a cluster of ``total_gpus``."""
+    path = Path(path)
+    with path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        header = reader.fieldnames or []
+        missing = [c for c in REQUIRED if c not in header]
+        extra = [c for c in header if c not in REQUIRED + OPTIONAL]
+        if missing or extra:
+            raise InvalidParameterError(
+                f"{path}: the header must name {', '.join(REQUIRED)} and optionally "
+                f"{', '.join(OPTIONAL)}. Missing {missing}, unknown {extra}."
+            )
+        rows, seen = _Rows(), set[int]()
+        for line, row in enumerate(reader, start=2):
+            _parse_row(path, line, row, total_gpus, rows, seen)
+    if not rows.ids:
+        raise InvalidParameterError(f"{path}: no jobs (a header and at least one row are needed).")
+    return rows
+
+
+def _parse_row(
+    path: Path, line: int, row: dict[str, str], total_gpus: int, rows: _Rows, seen: set[int]
+) -> None:
+    def bad(column: str, rule: str) -> InvalidParameterError:
+        return InvalidParameterError(f"{path}, line {line}: {column}={row.get(column)!r} {rule}.")
+
+    def integer(column: str, default: int | None = None) -> int:
+        text = (row.get(column) or "").strip()
+        if not text and default is not None:
+            return default
+        try:
+            return int(text)
+        except ValueError:
+            raise bad(column, "must be an integer") from None
+
+    def number(column: str) -> float:
+        try:
+            value = float((row.get(column) or "").strip())
+        except ValueError:
+            raise bad(column, "must be a number") from None
+        if not math.isfinite(value):
+            raise bad(column, "must be finite")
+        return value
+
+    job_id = integer("job_id")
+    if job_id in seen:
+        raise bad("job_id", "is a duplicate")
+    submit, gpus, duration = number("submit_s"), integer("gpus"), number("duration_s")
+    if submit < 0:
+        raise bad("submit_s", "must be >= 0")
+    if not 1 <= gpus <= total_gpus:
+        raise bad("gpus", f"must be 1 to the cluster's total_gpus={total_gpus}")
+    if duration <= 0:
+        raise bad("duration_s", "must be > 0")
+    kind = (row.get("kind") or "").strip() or "rlhf"
+    if kind not in KINDS:
+        raise bad("kind", f"must be one of {', '.join(KINDS)}")
+    tenant = integer("tenant", 0)
+    if tenant < 0:
+        raise bad("tenant", "must be >= 0")
+    seen.add(job_id)
+    rows.ids.append(job_id)
+    rows.submit.append(submit)
+    rows.gpus.append(gpus)
+    rows.duration.append(duration)
+    rows.kinds.append(kind)
+    rows.tenants.append(tenant)
+
+
+def load_jobs_csv(path: str | Path, config: WorkloadConfig, seed: int) -> Workload:
+    """The workload of ``path`` on ``config.total_gpus`` GPUs (``config.n_jobs`` is ignored:
+    the file says how many jobs there are). Jobs keep their ids and are ordered by submission
+    (ties in file order)."""
+    rows = read_jobs_csv(path, config.total_gpus)
+    order = np.argsort(np.asarray(rows.submit), kind="stable")
+    n = order.size
+    config = config.with_(n_jobs=n)
+    s_label, s_budget, s_curve, s_noise = (
+        np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(4)
+    )
+    kinds = np.asarray(rows.kinds)[order]
+    hacking = (kinds == "rlhf") & (s_label.random(n) < config.hacking_share)
+    duration_s = np.asarray(rows.duration)[order]
+    budget_s = duration_s * np.exp(s_budget.normal(0.0, config.budget_error_sigma, n))
+    columns = JobColumns(
+        kinds, hacking, np.asarray(rows.tenants)[order], np.asarray(rows.gpus)[order], duration_s,
+        budget_s, np.asarray(rows.submit)[order],
+    )
+    workload = build_workload(config, seed, columns, s_curve, s_noise)
+    ids = np.asarray(rows.ids)[order].tolist()
+    jobs = tuple(replace(spec, job_id=job_id) for spec, job_id in zip(workload.jobs, ids, strict=True))
+    return Workload(config, seed, jobs, workload.truth)
