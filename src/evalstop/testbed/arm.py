@@ -194,3 +194,30 @@ def _service_view(svc: Any, service_id: str) -> dict[str, Any]:
     decisions.raise_for_status()
     body = job.json()
     return {"state": body["state"], "stopped_at": body["stopped_at"], "decisions": decisions.json()}
+
+
+def warm_up(ray: Proc, timeout_s: float = 180.0) -> float:
+    """Run one job that only imports what a training job imports, so that neither arm pays the
+    head's first-job costs (worker pool, bytecode, page cache). Returns its wall time."""
+    code = "import numpy, evalstop.testbed.job, evalstop.integrations._remote, evalstop.workloads.bank"
+    client = api(ray.info["address"], ray.info["token"])
+    started = time.time()
+    try:
+        resp = client.post(
+            "/api/jobs/",
+            json={"entrypoint": shlex.join([sys.executable, "-c", code]), "entrypoint_resources": {SLOT: 1}},
+        )
+        if resp.status_code >= 400:
+            raise RuntimeError(f"Ray refused the warm-up job: {resp.status_code} {resp.text[:500]}")
+        sid = resp.json()["submission_id"]
+        while time.time() - started < timeout_s:
+            status = client.get(f"/api/jobs/{sid}").json().get("status")
+            if status == "SUCCEEDED":
+                return time.time() - started
+            if status in TERMINAL:
+                logs = client.get(f"/api/jobs/{sid}/logs").json().get("logs", "")
+                raise RuntimeError(f"the warm-up job ended {status}: {logs[-2000:]}")
+            time.sleep(POLL_S)
+    finally:
+        client.close()
+    raise TimeoutError(f"the warm-up job did not finish in {timeout_s} s")

@@ -11,8 +11,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .arm import run_arm
+from .arm import run_arm, warm_up
 from .cluster import pids_naming, start_ray, start_service, stop
+from .simcheck import compare
+from .simcheck import markdown as sim_markdown
 from .summary import markdown, summarise
 from .workload import WorkloadSpec, make_plan
 
@@ -31,10 +33,12 @@ def run_testbed(
     plan = make_plan(spec)
     ray_root = Path(tempfile.mkdtemp(prefix="evs-tb-"))  # short: Ray's socket paths have a length limit
     raw: dict[str, list[dict[str, Any]]] = {}
+    warm_up_s = float("nan")
     ray = start_ray(ray_root, slots)
     try:
         server = start_service(out, ray)
         try:
+            warm_up_s = warm_up(ray)
             for arm in ARMS:
                 raw[arm] = run_arm(arm, plan, out, ray, server, timeout_s=timeout_s)
         finally:
@@ -46,10 +50,12 @@ def run_testbed(
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
         shutil.rmtree(ray_root, ignore_errors=True)
+    (out / "raw.json").write_text(json.dumps(raw, indent=1))
     summary = summarise(raw)
     summary["spec"] = {**spec.__dict__, "slots": slots}
+    summary["warm_up_s"] = warm_up_s
     summary["plan"] = [j.to_json() for j in plan]
-    (out / "raw.json").write_text(json.dumps(raw, indent=1))
+    summary["simulator"] = compare(summary, raw, slots)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    (out / "summary.md").write_text(markdown(summary, command))
+    (out / "summary.md").write_text(markdown(summary, command) + sim_markdown(summary["simulator"]))
     return summary
