@@ -57,5 +57,17 @@ def run_testbed(
     summary["plan"] = [j.to_json() for j in plan]
     summary["simulator"] = compare(summary, raw, slots)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    (out / "summary.md").write_text(markdown(summary, command) + sim_markdown(summary["simulator"]))
+    text = markdown(summary, command) + sim_markdown(summary["simulator"])
+    (out / "summary.md").write_text(text + _figures(summary, raw, out))
     return summary
+
+
+def _figures(summary: dict[str, Any], raw: dict[str, list[dict[str, Any]]], out: Path) -> str:
+    """Write the PNGs if matplotlib (the ``plot`` extra) is there; the Markdown that shows them."""
+    try:
+        from .figures import jct_cdf, job_curves
+    except ModuleNotFoundError:
+        return "\n(no figures: pip install -e '.[plot]')\n"
+    jct_cdf(summary, out / "jct_cdf.png")
+    job_curves(summary, raw, out / "curves.png")
+    return "\n![JCT CDF](jct_cdf.png)\n\n![Each job's curves and stop](curves.png)\n"

@@ -94,6 +94,15 @@ def compare(summary: dict[str, Any], raw: dict[str, list[dict[str, Any]]], slots
             "start_error_max_abs_s": float(np.abs(start_err).max()),
             "sim_slot_hours": sum(sim[n].end_s - sim[n].start_s for n in names) / 3600,
             "sim_stopped": sorted(n for n in names if sim[n].killed),
+            "sim_jobs": {
+                n: {
+                    "start_s": sim[n].start_s,
+                    "end_s": sim[n].end_s,
+                    "jct_s": sim[n].jct_s,
+                    "killed": sim[n].killed,
+                }
+                for n in names
+            },
             "real_stopped": sorted(n for n in names if real[n]["enforced_stop"]),
         }
     out["slot_hours_saved"] = {
