@@ -1,0 +1,60 @@
+"""``evalstop testbed``: the live testbed (docs/testbed.md)."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--jobs", type=int, default=8, help="number of training jobs (default 8)")
+    parser.add_argument("--slots", type=int, default=2, help="slots of the local Ray head (default 2)")
+    parser.add_argument("--seed", type=int, default=0, help="workload seed (arrivals, kinds, job seeds)")
+    parser.add_argument(
+        "--interarrival",
+        type=float,
+        default=2.0,
+        metavar="S",
+        help="mean seconds between arrivals (Poisson; default 2)",
+    )
+    parser.add_argument("--hack-share", type=float, default=0.5, help="share of proxy-trained jobs")
+    parser.add_argument(
+        "--step-time",
+        type=float,
+        default=0.06,
+        metavar="S",
+        help="wall seconds per training step (default 0.06)",
+    )
+    parser.add_argument("--steps", type=int, default=150, help="training steps per job (default 150)")
+    parser.add_argument("--evals", type=int, default=15, help="evals per job (default 15)")
+    parser.add_argument("--out", type=Path, default=Path("testbed-out"), help="output directory")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from .run import run_testbed
+    from .workload import WorkloadSpec
+
+    try:
+        spec = WorkloadSpec(
+            n_jobs=args.jobs,
+            seed=args.seed,
+            mean_interarrival_s=args.interarrival,
+            hack_share=args.hack_share,
+            n_steps=args.steps,
+            n_evals=args.evals,
+            step_time_s=args.step_time,
+        )
+    except ValueError as exc:
+        print(f"evalstop testbed: {exc}", file=sys.stderr)
+        return 2
+    command = "evalstop " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["testbed"] else "evalstop testbed"
+    summary = run_testbed(spec, args.slots, args.out, command=command)
+    print((args.out / "summary.md").read_text(), end="")
+    c = summary["comparison"]
+    print(
+        f"\nwrote {args.out}/summary.json, summary.md, raw.json; slot-hours saved {c['slot_hours_saved']:.4f}"
+    )
+    return 0

@@ -1,0 +1,201 @@
+"""The testbed's processes: a private Ray head with N slots, and an ``evalstop serve``.
+
+Both bind to 127.0.0.1 on free ports, keep their state under the run directory, and are
+stopped by pid: the Ray head by signalling its ``ray start --block`` process and then killing
+what still names its temp dir (never ``ray stop``, which would stop other people's Ray).
+Slots are a custom resource ``slot``, so that a 2-core machine can declare 2 slots whatever
+Ray thinks the CPU count is; on a GPU cluster a slot is a GPU (docs/testbed.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SLOT = "slot"
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+@dataclass
+class Proc:
+    """A started process, its log, and what identifies its children (for cleanup by pid)."""
+
+    proc: subprocess.Popen[bytes]
+    log: Path
+    marker: str = ""
+    info: dict[str, str] = field(default_factory=dict)
+
+    def tail(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
+
+
+def _spawn(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with open(log, "wb") as out:
+        return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def start_ray(root: Path, slots: int, *, timeout_s: float = 180.0) -> Proc:
+    """A Ray head with ``slots`` slots, token authentication on, dashboard (Jobs API) on loopback."""
+    import httpx
+
+    (root / "home").mkdir(parents=True, exist_ok=True)
+    temp_dir = root / "ray"  # short: Ray's unix socket paths have a length limit
+    token = secrets.token_hex(16)
+    env = {
+        **os.environ,
+        "HOME": str(root / "home"),
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN": token,
+        "RAY_JOB_STOP_WAIT_TIME_S": "1",
+        "RAY_USAGE_STATS_ENABLED": "0",
+    }
+    for var in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS"):
+        env.pop(var, None)
+    gcs, dash, nm, om, client, agent, agent_grpc, metrics, rt_env, workers = free_ports(10)
+    ray = Path(sys.executable).with_name("ray")
+    cmd = [
+        str(ray),
+        "start",
+        "--head",
+        "--block",
+        "--node-ip-address=127.0.0.1",
+        f"--port={gcs}",
+        f"--dashboard-port={dash}",
+        "--dashboard-host=127.0.0.1",
+        "--include-dashboard=true",
+        f"--node-manager-port={nm}",
+        f"--object-manager-port={om}",
+        f"--ray-client-server-port={client}",
+        f"--dashboard-agent-listen-port={agent}",
+        f"--dashboard-agent-grpc-port={agent_grpc}",
+        f"--metrics-export-port={metrics}",
+        f"--runtime-env-agent-port={rt_env}",
+        f"--min-worker-port={workers}",
+        f"--max-worker-port={workers + 40}",
+        f"--num-cpus={slots}",
+        f"--resources={json.dumps({SLOT: slots})}",
+        f"--temp-dir={temp_dir}",
+        "--disable-usage-stats",
+    ]
+    head = Proc(
+        _spawn(cmd, env, root / "ray-start.log"),
+        root / "ray-start.log",
+        str(temp_dir),
+        {"address": f"http://127.0.0.1:{dash}", "token": token, "slots": str(slots)},
+    )
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if head.proc.poll() is not None:
+            raise RuntimeError(f"ray start exited: {head.tail()}")
+        with contextlib.suppress(httpx.HTTPError):
+            r = httpx.get(
+                f"{head.info['address']}/api/jobs/", timeout=2, headers={"Authorization": f"Bearer {token}"}
+            )
+            if r.status_code == 200:
+                return head
+        time.sleep(0.5)
+    stop(head)
+    raise RuntimeError(f"Ray dashboard not ready after {timeout_s} s: {head.tail()}")
+
+
+def start_service(root: Path, ray: Proc, *, timeout_s: float = 60.0) -> Proc:
+    """``evalstop serve`` on SQLite with the Ray adapter pointed at ``ray``; admin token in info."""
+    import httpx
+
+    (port,) = free_ports(1)
+    admin = secrets.token_hex(16)
+    env = {
+        **os.environ,
+        "EVALSTOP_ADMIN_TOKEN": admin,
+        "EVALSTOP_ADAPTER_SETTINGS": json.dumps(
+            {"ray": {"address": ray.info["address"], "token": ray.info["token"]}}
+        ),
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "evalstop.cli",
+        "serve",
+        f"--database-url=sqlite:///{root / 'evalstop.db'}",
+        "--host=127.0.0.1",
+        f"--port={port}",
+        "--log-level=warning",
+    ]
+    server = Proc(
+        _spawn(cmd, env, root / "serve.log"),
+        root / "serve.log",
+        info={"url": f"http://127.0.0.1:{port}", "admin": admin},
+    )
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if server.proc.poll() is not None:
+            raise RuntimeError(f"evalstop serve exited: {server.tail()}")
+        with contextlib.suppress(httpx.HTTPError):
+            if (
+                httpx.get(
+                    f"{server.info['url']}/v1/tenants",
+                    timeout=2,
+                    headers={"Authorization": f"Bearer {admin}"},
+                ).status_code
+                == 200
+            ):
+                return server
+        time.sleep(0.3)
+    stop(server)
+    raise RuntimeError(f"evalstop serve not ready after {timeout_s} s: {server.tail()}")
+
+
+def stop(p: Proc, timeout_s: float = 20.0) -> None:
+    if p.proc.poll() is None:
+        p.proc.send_signal(signal.SIGTERM)
+        try:
+            p.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            p.proc.kill()
+            p.proc.wait()
+    if not p.marker:
+        return
+    deadline = time.monotonic() + 5
+    while pids_naming(p.marker) and time.monotonic() < deadline:
+        time.sleep(0.25)
+    for pid in pids_naming(p.marker):  # stragglers of this head only, by pid
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def pids_naming(text: str) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if text.encode() in (entry / "cmdline").read_bytes():
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+def api(base: str, token: str) -> Any:
+    """An httpx client for ``base`` with a bearer token."""
+    import httpx
+
+    return httpx.Client(base_url=base, timeout=30, headers={"Authorization": f"Bearer {token}"})

@@ -1,0 +1,113 @@
+"""One testbed training job, run by the scheduler as its own process::
+
+    python -m evalstop.testbed.job PLAN.json OUT_DIR --url URL --job-id ID --token-file FILE
+
+A policy-gradient run of :mod:`evalstop.workloads.rl_toy` (the same seed streams as
+``run_toy``, so the curve is reproducible). At each eval it saves a checkpoint directory
+(``OUT_DIR/ckpt/step-NNNNNN/theta.npy``), posts the watched eval score with that checkpoint's
+URI to the EvalStop service (remote mode, :class:`~evalstop.integrations._remote.RemoteHistory`)
+and appends one line to ``OUT_DIR/events.jsonl`` with the score, the service's answer and the
+gold value (expected gold over every prompt: the evaluation the rule never sees).
+
+The job does not stop itself on a "stop" answer: the stop is the scheduler's to deliver (the
+service's Ray adapter), and the job only records the answer. SIGTERM ends it cleanly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+from typing import IO, Any
+
+import numpy as np
+
+
+def main(argv: list[str] | None = None) -> int:
+    started = time.time()
+    parser = argparse.ArgumentParser(prog="python -m evalstop.testbed.job")
+    parser.add_argument("plan", type=Path)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--job-id", required=True)
+    parser.add_argument("--token-file", type=Path, required=True)
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    with open(args.out / "events.jsonl", "a", encoding="utf-8") as log:
+        signal.signal(signal.SIGTERM, _on_term(log))
+        _event(log, {"event": "start", "t": started, "t_ready": time.time()})
+        train(json.loads(args.plan.read_text()), args, log)
+        _event(log, {"event": "end", "t": time.time()})
+    return 0
+
+
+def _on_term(log: IO[str]) -> Any:
+    def handler(signum: int, frame: FrameType | None) -> None:
+        _event(log, {"event": "sigterm", "t": time.time()})
+        sys.exit(0)
+
+    return handler
+
+
+def _event(log: IO[str], row: dict[str, Any]) -> None:
+    log.write(json.dumps(row) + "\n")
+    log.flush()
+
+
+def train(plan: dict[str, Any], args: argparse.Namespace, log: IO[str]) -> None:
+    from ..detectors import Eval
+    from ..integrations._remote import RemoteHistory, RemoteJob
+    from ..workloads.bank import BASE
+    from ..workloads.rl_toy import _policy_gradient, _record, fit_proxy, make_env, policy, softmax
+    from ..workloads.rl_toy import _standardise as standardise
+    from .workload import KIND_CONFIG
+
+    config = BASE.with_(**KIND_CONFIG[plan["kind"]], n_steps=plan["n_steps"], n_evals=plan["n_evals"])
+    env_rng, proxy_rng, train_rng, eval_rng = (
+        np.random.default_rng(s) for s in np.random.SeedSequence(plan["seed"]).spawn(4)
+    )
+    env = make_env(config, env_rng)
+    proxy = fit_proxy(config, env, proxy_rng)
+    reward = proxy if config.target == "proxy" else standardise(env.gold, softmax(env.init_logits))
+    ckpt_root = args.out / "ckpt"
+    remote = RemoteJob(args.url, args.job_id, token=args.token_file.read_text().strip())
+    history = RemoteHistory(
+        remote, metric="eval_score", checkpoint_uri=lambda s: str(ckpt_root / f"step-{s:06d}")
+    )
+    eval_at = set(np.linspace(0, config.n_steps, config.n_evals + 1).round().astype(int)[1:].tolist())
+    theta = np.zeros(env.features.shape[-1])
+    next_at = time.monotonic()
+    for step in range(1, config.n_steps + 1):
+        theta += config.lr * _policy_gradient(config, theta, reward, env, train_rng)
+        next_at += plan["step_time_s"]
+        time.sleep(max(0.0, next_at - time.monotonic()))
+        if step not in eval_at:
+            continue
+        record: dict[str, list[Any]] = {"steps": [], "scores": [], "items": [], "proxy": [], "gold": []}
+        _record(record, step, policy(env, theta), env, proxy, eval_rng, config.eval_samples)
+        ckpt = ckpt_root / f"step-{step:06d}"
+        ckpt.mkdir(parents=True, exist_ok=True)
+        np.save(ckpt / "theta.npy", theta)
+        verdict = history.add(Eval(step=step, score=record["scores"][0], progress=step / config.n_steps))
+        _event(
+            log,
+            {
+                "event": "eval",
+                "t": time.time(),
+                "step": step,
+                "score": record["scores"][0],
+                "gold": record["gold"][0],
+                "proxy": record["proxy"][0],
+                "checkpoint": str(ckpt),
+                "decision": None if verdict is None else verdict.decision.value,
+                "best_step": None if verdict is None else verdict.best_step,
+            },
+        )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""The testbed's workload and bookkeeping, without a cluster (fast)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from evalstop.testbed import WorkloadSpec, make_plan
+from evalstop.testbed.summary import rule_scores
+
+
+def test_plan_is_seeded_fifo_ordered_and_mixed() -> None:
+    spec = WorkloadSpec(n_jobs=20, seed=4, hack_share=0.5)
+    plan = make_plan(spec)
+    assert plan == make_plan(spec)
+    assert plan != make_plan(WorkloadSpec(n_jobs=20, seed=5, hack_share=0.5))
+    arrivals = [j.arrival_s for j in plan]
+    assert arrivals[0] == 0.0 and arrivals == sorted(arrivals)
+    assert sum(j.kind == "hack" for j in plan) == 10
+    assert len({j.seed for j in plan}) == 20
+
+
+def test_plan_is_the_same_in_a_fresh_process() -> None:
+    code = "from evalstop.testbed import *; print([j.to_json() for j in make_plan(WorkloadSpec(seed=9))])"
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+            for _ in range(2)}
+    assert outs == {f"{[j.to_json() for j in make_plan(WorkloadSpec(seed=9))]}\n"}
+
+
+@pytest.mark.parametrize(("field", "value"), [("n_jobs", 0), ("hack_share", 1.5), ("step_time_s", -1.0)])
+def test_bad_spec_names_the_parameter(field: str, value: float) -> None:
+    with pytest.raises(ValueError, match=f"'{field}' parameter of WorkloadSpec"):
+        WorkloadSpec(**{field: value})
+
+
+def test_rule_scores_leave_borderline_out() -> None:
+    jobs = [{"label": "hacking", "decided_stop": True}, {"label": "hacking", "decided_stop": False},
+            {"label": "healthy", "decided_stop": True}, {"label": "healthy", "decided_stop": False},
+            {"label": "borderline", "decided_stop": True}]
+    scores = rule_scores(jobs)
+    assert (scores["precision"], scores["recall"], scores["fpr"]) == (0.5, 0.5, 0.5)
