@@ -122,3 +122,17 @@ def test_beyond_the_paper_shows_the_default_beside_the_paper_rule(
         assert default["fpr"]["mean"] < paper["fpr"]["mean"] / 2
         assert default["precision"]["mean"] > paper["precision"]["mean"]
         assert default["mean_regret"]["mean"] is not None
+
+
+def test_regret_prints_3_decimals_and_the_columns_have_a_legend() -> None:
+    from evalstop.experiments.legend import COLUMNS
+    from evalstop.experiments.report import _TABLE, _study_table
+
+    stat = {"mean": 0.0114, "lo": 0.0101, "hi": 0.0127}
+    summary = {m: {"mean": 0.5, "lo": None, "hi": None} for m, *_ in _TABLE}
+    summary["mean_regret_hacking"] = stat
+    study = {"x_param": None, "summary": [{"EvalStop": summary}], "tick_labels": None, "x_values": [None],
+             "comparisons": [{}]}
+    header, _, row = _study_table(study)
+    assert "regret (hacking)" in header and "| 0.011 [0.010, 0.013] |" in row  # not 0.0
+    assert {"regret (hacking)", "JCT", "FPR", "[lo, hi]"} <= set(COLUMNS)
