@@ -66,3 +66,18 @@ def test_the_sections_report_ratios_exponents_and_matching_schedules() -> None:
         (1.2, "las"), (1.2, "srtf"), (1.5, "las"), (1.5, "srtf")
     ]
     assert all(r["n_preemptions"] > 0 and r["from_jobs"] < r["n_jobs"] for r in out["overload"])
+
+
+def test_detector_cost_reports_every_requested_rule_at_every_history() -> None:
+    script = SCRIPT.parent / "detector_cost.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--histories", "10,300", "--rule", "evalstop", "--rule", "cusum",
+         "--json"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)
+    assert [r["rule"] for r in rows] == ["evalstop", "cusum"]
+    for r in rows:
+        assert set(r["us_per_eval"]) == {"10", "300"} and all(v > 0 for v in r["us_per_eval"].values())
+        assert r["ratio"] > 0 and r["state_json_bytes"] > 0

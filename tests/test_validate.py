@@ -12,10 +12,18 @@ from pathlib import Path
 import pytest
 
 from evalstop import cli
-from evalstop.detectors import Eval
+from evalstop.detectors import DEFAULT_SPEC, Eval
+from evalstop.experiments.cadence import (
+    cases_of,
+    ceiling_curves,
+    ceiling_stops,
+    default_check,
+    held_out_choice,
+    render_check,
+)
 from evalstop.experiments.holdout import Case, Outcome, cross_validate, expand_grid, family_folds, metrics
 from evalstop.experiments.validate import supervised_cases, validate
-from evalstop.workloads.bank import build_bank
+from evalstop.workloads.bank import at_cadence, build_bank, shipped_trl_bank
 from evalstop.workloads.supervised import LOWER_IS_BETTER, load_supervised
 
 
@@ -140,3 +148,40 @@ def test_plot_draws_one_panel_per_family(tmp_path: Path) -> None:
     runs = build_bank(0, 1, ["lr-high", "control-gold"])
     path = plot_bank(runs, ["evalstop:k=2,against=best", "cusum"], tmp_path / "bank.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ---- the default at two cadences -------------------------------------------------------------
+
+
+def test_at_cadence_keeps_the_last_eval_and_relabels_from_gold() -> None:
+    (run,) = build_bank(0, 1, ["lr-high"], n_evals=40)
+    thin = at_cadence(run, 10)
+    assert len(thin.evals) == 10 and thin.evals[-1] == run.evals[-1]
+    assert [e.step for e in thin.evals] == sorted({e.step for e in thin.evals})
+    assert thin.truth.true_gold == tuple(run.truth.true_gold[run.evals.index(e)] for e in thin.evals)
+    with pytest.raises(ValueError, match="fewer than n_evals=41"):
+        at_cadence(run, 41)
+
+
+def test_ceiling_dips_below_the_floor_never_stop_the_default() -> None:
+    assert ceiling_stops(DEFAULT_SPEC) == []
+    # without a floor, a 1e-5 dip at a ceiling is millions of sigmas: cusum stops on it
+    assert ceiling_stops("cusum:min_delta=0.0") != []
+    # the dip is half the declared floor, so a larger floor is checked with a larger dip
+    evals = ceiling_curves("cusum:min_delta=0.02", 10)["step down"]
+    assert min(e.score for e in evals) == pytest.approx(0.79)
+
+
+def test_default_check_reports_every_family_at_every_cadence() -> None:
+    trl = [r for r in shipped_trl_bank() if r.family in ("trl-proxy", "control-trl-gold")]
+    numpy = {c: build_bank(0, 2, ["lr-high", "control-gold"], n_evals=c) for c in (10, 40)}
+    by_cadence = {c: cases_of(runs + [at_cadence(r, c) for r in trl]) for c, runs in numpy.items()}
+    check = default_check(DEFAULT_SPEC, by_cadence, [])
+    assert set(check["cadences"]) == {"10", "40"}
+    for entry in check["cadences"].values():
+        assert set(entry["families"]) == {"lr-high", "control-gold", "trl-proxy", "control-trl-gold"}
+        assert entry["overall"]["recall"] == 1.0 and entry["overall"]["fpr"] == 0.0
+    held = held_out_choice([DEFAULT_SPEC, "evalstop:k=2,against=best"], by_cadence)
+    assert set(held["chosen_per_family"]) == {"lr-high", "control-gold", "trl-proxy", "control-trl-gold"}
+    text = render_check(check, held)
+    assert "| 10 evals |" in text and "| 40 evals |" in text and "| trl-proxy |" in text

@@ -268,12 +268,35 @@ def test_a_tenant_over_its_rate_gets_429_and_others_are_served(svc: Api) -> None
     heavy = tenant(svc, "heavy", quota={"scores_per_s": 10, "burst": 20})
     light = tenant(svc, "light")
     hj, lj = svc.job(heavy)["id"], svc.job(light)["id"]
+    too_big = svc.post(heavy, hj, {"scores": [{"step": s, "value": 0.5} for s in range(100, 130)]})
+    assert too_big.status_code == 429 and "burst of 20" in too_big.json()["detail"]
     assert svc.post(heavy, hj, {"scores": [{"step": s, "value": 0.5} for s in range(20)]}).status_code == 200
     r = svc.post(heavy, hj, {"scores": [{"step": s, "value": 0.5} for s in range(20, 25)]})
     assert r.status_code == 429 and int(r.headers["Retry-After"]) >= 1 and "10 scores/s" in r.json()["detail"]
     assert svc.post(light, lj, {"step": 1, "value": 0.5}).status_code == 200
-    too_big = svc.post(heavy, hj, {"scores": [{"step": s, "value": 0.5} for s in range(100, 130)]})
-    assert too_big.status_code == 429 and "burst of 20" in too_big.json()["detail"]
+
+
+def test_a_flooding_tenant_is_refused_before_its_body_is_parsed(
+    svc: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Own attack: 429s that still parse and validate 1,000 scores each cost the server as much
+    as accepted ones. Once the bucket is empty the fast path answers before parsing."""
+    from evalstop.service import fastpath
+
+    heavy = tenant(svc, "heavy", quota={"scores_per_s": 1, "burst": 5})
+    job_id = svc.job(heavy)["id"]
+    first = svc.post(heavy, job_id, {"scores": [{"step": s, "value": 0.5} for s in range(5)]})
+    assert first.status_code == 200
+    parsed: list[bytes] = []
+    original = fastpath.ScoresFastPath._parse
+
+    def counting(self: Any, body: bytes) -> Any:
+        parsed.append(body)
+        return original(self, body)
+
+    monkeypatch.setattr(fastpath.ScoresFastPath, "_parse", counting)
+    r = svc.post(heavy, job_id, {"scores": [{"step": s, "value": 0.5} for s in range(5, 1005)]})
+    assert r.status_code == 429 and r.headers["Retry-After"] == "1" and parsed == []
 
 
 def test_live_job_quota(svc: Api) -> None:

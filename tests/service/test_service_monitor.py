@@ -64,7 +64,7 @@ def test_a_job_without_a_saved_monitor_gets_one_from_its_scores(api: Api) -> Non
 @pytest.mark.xfail(strict=False, reason=(
     "target not met yet on the shared 2-core machine (load 11-14): p99 118-353 ms during the "
     "batches; the rule's own cost per batch is small, the rest is parsing/validation/inserts "
-    "(docs/noise-rules.md, 'Cost per eval')"))
+    "(docs/service.md)"))
 def test_batches_to_a_mann_kendall_job_do_not_hold_up_another_tenants_single_scores(
     postgres_url: str,
 ) -> None:

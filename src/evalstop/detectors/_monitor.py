@@ -86,10 +86,16 @@ class Monitor:
     def observe_many(self, evals: Iterable[Eval], checkpoints: Sequence[str | None] | None = None) -> Verdict:
         """``observe`` each eval in turn (with ``checkpoints[i]`` if given); ``fired_now`` says
         whether one of them fired the rule. Cheaper than calling ``observe`` in a loop."""
+        self.fold(evals, checkpoints)
+        return self.verdict
+
+    def fold(self, evals: Iterable[Eval], checkpoints: Sequence[str | None] | None = None) -> bool:
+        """``observe_many`` without building the verdict: returns ``fired_now`` (the simulator
+        reads ``verdict`` only for the jobs whose rule fired)."""
         self.fired_now = False
         if self.fired:
             self.n_ignored += sum(1 for _ in evals)
-            return self.verdict
+            return False
         state, step = self.state, self.detector.step
         last = -math.inf if self.last_step is None else self.last_step
         index = state["n"]
@@ -114,7 +120,7 @@ class Monitor:
             self.last_step = int(last)
         self.fired_now = fired
         self.n_ignored += n_ignored
-        return self.verdict
+        return fired
 
     def _fold(self, ev: Eval, checkpoint: str | None) -> bool:
         state = self.state

@@ -17,8 +17,7 @@ from ..workloads import PRESETS, WorkloadConfig
 from ..workloads.model import KINDS
 
 __all__ = [
-    "POLICY", "SIM", "SIMULATE", "STUDY", "STUDY_WORKLOAD", "WORKLOAD", "check_policies", "check_workload",
-    "workload_keys",
+    "POLICY", "SIM", "SIMULATE", "STUDY", "WORKLOAD", "check_policies", "check_workload", "workload_keys",
 ]
 
 _ANNOTATION_TYPES: dict[str, dict[str, Any]] = {
@@ -51,11 +50,10 @@ def workload_keys(*extra: Key) -> Table:
                  "the workload: a preset, then any field to change")
 
 
-WORKLOAD = workload_keys()
-_JOBS_CSV = Key("trace", ("string",), "a jobs.csv of your own jobs (job_id,submit_s,gpus,duration_s"
-                "[,kind,tenant]), instead of generated arrivals; see docs/model.md")
-#: A study's [workload]: WORKLOAD plus ``trace`` (a jobs.csv, relative to the study file).
-STUDY_WORKLOAD = workload_keys(_JOBS_CSV)
+#: ``[workload] trace``: a user's own job list (``workloads.jobs_csv``).
+JOBS_CSV = Key("trace", ("string",), "a jobs.csv of your own jobs (job_id,submit_s,gpus,duration_s"
+               "[,kind,tenant]), instead of generated arrivals; see docs/model.md")
+WORKLOAD = workload_keys(JOBS_CSV)
 SIM = Table("[sim]", _fields_as_keys(SimConfig), "simulator settings")
 POLICY = Table("[[policy]]", (
     Key("label", ("string",), "the row's name in tables (unique; default: the base scheduler)"),
@@ -70,7 +68,7 @@ SIMULATE = Table("evalstop simulate config", (
     Key("seeds", ("array",), "workload seeds, non-empty, each >= 0 (default [1])", items="integer"),
     Key("workload", ("object",), table=workload_keys(
         Key("bank", ("string",), "an `evalstop bank` directory whose runs the RLHF jobs replay"),
-        _JOBS_CSV)),
+        JOBS_CSV)),
     Key("sim", ("object",), table=SIM),
     Key("policy", ("array",), "the policies to compare: at least one [[policy]] table", table=POLICY,
         required=True),
@@ -117,7 +115,7 @@ STUDY = Table("study spec", (
     Key("baseline", ("string",), "a policy label"), Key("treatment", ("string",), "a policy label"),
     Key("jct_cdf", ("boolean",), "keep per-job JCTs for a CDF figure"),
     Key("figures", ("array",), "figure kinds", items="string"),
-    Key("workload", ("object",), table=STUDY_WORKLOAD), Key("trace", ("object",), table=TRACE),
+    Key("workload", ("object",), table=WORKLOAD), Key("trace", ("object",), table=TRACE),
     Key("sim", ("object",), table=SIM),
     Key("policy", ("array",), "the policies (at least one)", table=POLICY, required=True),
     Key("sweep", ("object",), table=SWEEP), Key("claim", ("array",), table=CLAIM),

@@ -89,11 +89,11 @@ class PointSpec:
 
     def key(self) -> str:
         doc = asdict(self)
+        if self.bank is not None:
+            doc["bank_digest"] = self.bank.digest()
         del doc["jobs_csv"]  # absent from the key unless set: keys of other points are unchanged
         if self.jobs_csv is not None:
             doc["jobs_csv_digest"] = hashlib.sha256(Path(self.jobs_csv).read_bytes()).hexdigest()
-        if self.bank is not None:
-            doc["bank_digest"] = self.bank.digest()
         if self.trace is not None:
             from ..workloads.philly import trace_digest
 

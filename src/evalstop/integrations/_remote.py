@@ -89,10 +89,12 @@ class RemoteHistory:
         self.verdict = Verdict(Decision.CONTINUE, "no evals yet")
         self.n_failed = 0
         self._fired_at: int | None = None
+        self._index_of: dict[int, int] = {}  # step -> position in ``evals`` (O(1) best_index)
 
     def add(self, ev: Eval) -> Verdict | None:
         if (self.evals and ev.step <= self.evals[-1].step) or self.verdict.stopped:
             return None
+        self._index_of[ev.step] = len(self.evals)
         self.evals.append(ev)
         if not math.isfinite(ev.score):
             self.verdict = _replace_invalid(self.verdict, self.verdict.n_invalid + 1)
@@ -124,13 +126,12 @@ class RemoteHistory:
     def _verdict(self, answer: dict[str, Any]) -> Verdict:
         stop = answer["decision"] == "stop"
         best_step = answer.get("best_step")
-        steps = [ev.step for ev in self.evals]
         return Verdict(
             decision=Decision.STOP if stop else Decision.CONTINUE,
             reason=str(answer.get("reason", "")),
             stop_index=len(self.evals) - 1 if stop else None,
             stop_step=self.evals[-1].step if stop else None,
-            best_index=steps.index(best_step) if best_step in steps else None,
+            best_index=self._index_of.get(best_step) if isinstance(best_step, int) else None,
             best_step=best_step,
             best_score=answer.get("best_score"),
             n_invalid=self.verdict.n_invalid,

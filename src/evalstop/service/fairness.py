@@ -94,6 +94,20 @@ class TokenBuckets:
                           retry_after_s=wait)
 
 
+    def check_not_empty(self, tenant: str, limits: Limits) -> None:
+        """Raise :class:`RateLimited` if the bucket holds less than one token, without taking
+        any: lets the fast path refuse a flooding tenant before parsing its body."""
+        with self._lock:
+            found = self._state.get(tenant)
+            if found is None:
+                return
+            tokens = min(float(limits.burst), found[0] + (self.clock() - found[1]) * limits.scores_per_s)
+        if tokens < 1:
+            wait = (1 - tokens) / limits.scores_per_s
+            raise RateLimited(f"Tenant {tenant!r} is over its rate of {limits.scores_per_s:g} scores/s; "
+                              f"retry in {wait:.2f} s.", retry_after_s=wait)
+
+
 def retry_after_header(seconds: float) -> str:
     """``Retry-After`` takes whole seconds: round up, at least 1."""
     return str(max(1, math.ceil(seconds)))

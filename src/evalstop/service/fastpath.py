@@ -53,6 +53,12 @@ class ScoresFastPath:
         parsed = None
         ordinary = (who is not None and message["type"] == "http.request" and not message.get("more_body")
                     and headers.get(b"content-type", b"").startswith(b"application/json"))
+        if ordinary and who is not None and who.tenant is not None:
+            try:  # a flooding tenant is refused before its body is parsed (parsing is the cost)
+                self._check_rate(who.tenant)
+            except DomainError as exc:
+                await (await self.domain_error(Request(scope, receive), exc))(scope, receive, send)
+                return
         if ordinary:
             parsed = self._parse(message.get("body", b""))
         if parsed is None or who is None:  # not the ordinary case: FastAPI answers, from the same messages
@@ -65,6 +71,11 @@ class ScoresFastPath:
         except OperationalError as exc:
             response = await self.database_error(Request(scope, receive), exc)
         await response(scope, receive, send)
+
+    def _check_rate(self, tenant: str) -> None:
+        policy = self.ctx.policies.cached(tenant)
+        if policy is not None:
+            self.ctx.buckets.check_not_empty(tenant, policy.limits)
 
     def _caller(self, authorization: bytes) -> Principal | None:
         scheme, _, token = authorization.decode("latin-1").partition(" ")

@@ -190,8 +190,7 @@ class ClusterSim:
         monitor = self.scheduler.monitor(job.view)
         if monitor is None:
             return None
-        verdict = monitor.observe_many(job.spec.evals)
-        return verdict if verdict.stopped else None
+        return monitor.verdict if monitor.fold(job.spec.evals) else None
 
     # -- milestones ----------------------------------------------------------------------
     def _milestone(self, job: _Job, now: float) -> None:

@@ -22,8 +22,6 @@ import argparse
 import csv
 import dataclasses
 import functools
-import gzip
-import io
 import json
 import math
 import sys
@@ -37,6 +35,7 @@ import numpy as np
 
 from .._validation import check_int
 from ..detectors import Eval, ItemEval
+from ._gzip_text import open_text as _open_text
 from .model import JobTruth, Workload
 from .rl_toy import ToyConfig, ToyRun, run_toy
 from .trl_runs import FAMILIES as TRL_FAMILIES
@@ -281,31 +280,6 @@ def read_bank(directory: Path) -> list[BankRun]:
             )
             runs.append(BankRun(job, row["family"], tuple(histories[job]), tuple(proxies[job]), truth))
     return runs
-
-
-def _open_text(path: Path, mode: str) -> Any:
-    """A text file, gzip-compressed when the name ends in ``.gz`` (written with ``mtime=0``, so
-    the same rows give the same bytes)."""
-    if path.suffix != ".gz":
-        return path.open(mode, newline="", encoding="utf-8")
-    if mode == "r":
-        return gzip.open(path, "rt", newline="", encoding="utf-8")
-    return _GzipWriter(path)
-
-
-class _GzipWriter:
-    def __init__(self, path: Path) -> None:
-        self.file = path.open("wb")
-        self.text = io.TextIOWrapper(
-            gzip.GzipFile(filename="", mode="wb", fileobj=self.file, mtime=0), encoding="utf-8", newline=""
-        )
-
-    def __enter__(self) -> io.TextIOWrapper:
-        return self.text
-
-    def __exit__(self, *exc: object) -> None:
-        self.text.close()
-        self.file.close()
 
 
 def _num(value: float | None) -> str:
