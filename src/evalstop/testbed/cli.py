@@ -38,6 +38,8 @@ def run(args: argparse.Namespace) -> int:
     from .workload import WorkloadSpec
 
     try:
+        if args.slots < 1:
+            raise ValueError(f"The '--slots' parameter must be an int >= 1. Got {args.slots!r} instead.")
         spec = WorkloadSpec(
             n_jobs=args.jobs,
             seed=args.seed,
