@@ -54,3 +54,11 @@ def test_cli_refuses_bad_sizes_before_starting_anything(
     assert main(["testbed", *argv, "--out", str(tmp_path / "out")]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_missing_ray_is_one_line_naming_the_extra() -> None:
+    code = "import sys; sys.modules['ray'] = None\nfrom evalstop.cli import main; sys.exit(main(['testbed']))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "pip install -e '.[ray]'" in proc.stderr, proc.stderr
