@@ -59,6 +59,7 @@ def main() -> None:
     parser.add_argument("--interarrival", type=float, default=4.0)
     parser.add_argument("--step-time", type=float, default=0.06)
     parser.add_argument("--out", type=Path, default=Path("bench-testbed"))
+    parser.add_argument("--reuse", action="store_true", help="read a seed's summary.json if it exists")
     args = parser.parse_args()
     rows = []
     for seed in args.seeds:
@@ -69,7 +70,11 @@ def main() -> None:
             f"python bench/testbed.py --jobs {args.jobs} --slots {args.slots} --seeds {seed} "
             f"--interarrival {args.interarrival} --step-time {args.step_time}"
         )
-        summary = run_testbed(spec, args.slots, args.out / f"seed-{seed}", command=command)
+        done = args.out / f"seed-{seed}" / "summary.json"
+        if args.reuse and done.exists():
+            summary = json.loads(done.read_text())
+        else:
+            summary = run_testbed(spec, args.slots, args.out / f"seed-{seed}", command=command)
         rows.append(figures(summary))
         print(
             f"seed {seed}: "

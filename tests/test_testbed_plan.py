@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -41,3 +42,23 @@ def test_rule_scores_leave_borderline_out() -> None:
             {"label": "borderline", "decided_stop": True}]
     scores = rule_scores(jobs)
     assert (scores["precision"], scores["recall"], scores["fpr"]) == (0.5, 0.5, 0.5)
+
+
+@pytest.mark.parametrize(("argv", "message"), [(["--slots", "0"], "'--slots' parameter"),
+                                               (["--jobs", "0"], "'n_jobs' parameter")])
+def test_cli_refuses_bad_sizes_before_starting_anything(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from evalstop.cli import main
+
+    assert main(["testbed", *argv, "--out", str(tmp_path / "out")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_ray_is_one_line_naming_the_extra() -> None:
+    code = "import sys; sys.modules['ray'] = None\nfrom evalstop.cli import main; sys.exit(main(['testbed']))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "pip install -e '.[ray]'" in proc.stderr, proc.stderr

@@ -138,7 +138,14 @@ def _dispatch(
 def _reap(
     ray_api: Any, running: dict[str, Running], done: list[dict[str, Any]], t0: float, out: Path
 ) -> None:
-    resp = ray_api.get("/api/jobs/")
+    import httpx
+
+    try:
+        resp = ray_api.get("/api/jobs/")
+    except httpx.TransportError:  # a busy dashboard: poll again (the arm's timeout bounds it)
+        return
+    if resp.status_code >= 500:
+        return
     resp.raise_for_status()
     by_sid = {j.get("submission_id"): j for j in resp.json()}
     for name, run in list(running.items()):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import shlex
 import sys
 from pathlib import Path
@@ -38,6 +39,8 @@ def run(args: argparse.Namespace) -> int:
     from .workload import WorkloadSpec
 
     try:
+        if args.slots < 1:
+            raise ValueError(f"The '--slots' parameter must be an int >= 1. Got {args.slots!r} instead.")
         spec = WorkloadSpec(
             n_jobs=args.jobs,
             seed=args.seed,
@@ -50,6 +53,9 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"evalstop testbed: {exc}", file=sys.stderr)
         return 2
+    for module in ("ray", "fastapi", "uvicorn", "httpx"):  # say which extra is missing before starting
+        if importlib.util.find_spec(module) is None:
+            raise ModuleNotFoundError(f"No module named {module!r}", name=module)
     command = "evalstop " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["testbed"] else "evalstop testbed"
     summary = run_testbed(spec, args.slots, args.out, command=command)
     print((args.out / "summary.md").read_text(), end="")
