@@ -370,7 +370,7 @@ def test_make_scheduler_passes_params() -> None:
             "las",
             {"thresholds": (1.0,), "z": 2},
             r"Unknown parameter\(s\) 'thresholds', 'z' for scheduler 'las'. "
-            r"Valid parameters: 'backfill', 'preemptive', 'thresholds_gpu_s'.",
+            r"Valid parameters: 'backfill', 'preemptive', 'promote_after_wait_s', 'thresholds_gpu_s'.",
         ),
         (
             "gittins",
@@ -379,6 +379,7 @@ def test_make_scheduler_passes_params() -> None:
             r"'thresholds_gpu_s'.",
         ),
         ("las", {"thresholds_gpu_s": (0.0,)}, r"'thresholds_gpu_s\[0\]' parameter of LAS"),
+        ("las", {"promote_after_wait_s": -1.0}, r"'promote_after_wait_s' parameter of LAS must be a finite"),
     ],
 )
 def test_make_scheduler_errors(name: str, params: dict[str, object], match: str) -> None:

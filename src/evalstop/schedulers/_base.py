@@ -102,6 +102,12 @@ class Scheduler(ABC):
         thresholds of LAS-style policies), or None if it changes only at arrivals/departures."""
         return None
 
+    def wake_at_s(self, job: JobView, now: float) -> float | None:
+        """Time at which a job that starts waiting at ``now`` may change rank while it waits
+        (a starvation guard's promotion), or None. The simulator puts a timer event there so the
+        change takes effect at that instant; only policies with ``static_rank`` False may use it."""
+        return None
+
     def rank_key(self, job: JobView) -> tuple[Any, ...]:
         """The sort key of ``job`` in ``order`` (smaller first); only if ``static_rank``."""
         raise NotImplementedError(f"{type(self).__name__} does not define rank_key (static_rank is False)")

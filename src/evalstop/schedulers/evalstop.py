@@ -61,6 +61,9 @@ class EvalStop(Scheduler):
     def next_change_s(self, job: JobView) -> float | None:
         return self.base.next_change_s(job)
 
+    def wake_at_s(self, job: JobView, now: float) -> float | None:
+        return self.base.wake_at_s(job, now)
+
     def rank_key(self, job: JobView) -> tuple[Any, ...]:
         return self.base.rank_key(job)
 

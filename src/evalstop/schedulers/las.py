@@ -21,6 +21,8 @@ DEFAULT_THRESHOLDS_GPU_S: tuple[float, ...] = (1 * HOUR_S, 8 * HOUR_S, 64 * HOUR
 #: A job counts as having crossed a threshold once within this relative distance of it, so a
 #: re-rank event scheduled at ``next_change_s`` always moves the job despite float rounding.
 CROSSING_RTOL = 1e-9
+#: Relative time tolerance of a promotion check (the simulator's TIME_TOL_S).
+PROMOTE_TOL_S = 1e-12
 
 
 def check_thresholds(owner: str, value: object) -> tuple[float, ...]:
@@ -81,15 +83,81 @@ class QueueLadder(Scheduler):
 class LAS(QueueLadder):
     """Discretised 2D-LAS (Tiresias): lower queue first; FIFO by arrival within a queue.
 
-    Tiresias's starvation guard (promoting a job that waited too long back to queue 0) is not
-    modelled.
+    ``promote_after_wait_s`` (default None: off) is Tiresias's starvation guard in absolute
+    form: a job that has waited that many seconds since it last ran (or since it arrived) is
+    promoted to queue 0, and its queue is counted from the service it had at promotion, so it
+    keeps queue 0 for one threshold's worth of service before demoting again. Promotion takes
+    effect at that exact instant: ``wake_at_s`` asks the simulator for a timer event. With the
+    guard on, a waiting job's rank changes while it waits, so the static-rank contract is off
+    and the simulator ranks by ``order``.
     """
 
     name = "las"
-    static_rank = True  # the queue changes only at next_change_s milestones
+    static_rank = True  # the queue changes only at next_change_s milestones (guard off)
+
+    def __init__(
+        self,
+        thresholds_gpu_s: Sequence[float] = DEFAULT_THRESHOLDS_GPU_S,
+        preemptive: bool = True,
+        backfill: bool = True,
+        promote_after_wait_s: float | None = None,
+    ) -> None:
+        super().__init__(thresholds_gpu_s, preemptive, backfill)
+        if promote_after_wait_s is not None:
+            owner = type(self).__name__
+            check_float(owner, "promote_after_wait_s", promote_after_wait_s, low=0.0, low_open=True)
+            promote_after_wait_s = float(promote_after_wait_s)
+            self.static_rank = False
+        self.promote_after_wait_s = promote_after_wait_s
+        self._wait_since: dict[int, float] = {}  # job id -> when it last started waiting
+        self._base_gpu_s: dict[int, float] = {}  # job id -> attained GPU-s at its last promotion
+
+    # -- starvation guard bookkeeping (only used when promote_after_wait_s is set) --------
+    def on_job_add(self, job: JobView, now: float) -> None:
+        if self.promote_after_wait_s is not None:
+            self._wait_since[job.job_id] = now
+
+    def on_stop(self, job: JobView, now: float) -> None:
+        if self.promote_after_wait_s is not None:
+            self._wait_since[job.job_id] = now
+
+    def on_job_end(self, job: JobView, now: float) -> None:
+        self._wait_since.pop(job.job_id, None)
+        self._base_gpu_s.pop(job.job_id, None)
+
+    def wake_at_s(self, job: JobView, now: float) -> float | None:
+        if self.promote_after_wait_s is None:
+            return None
+        return self._wait_since.get(job.job_id, now) + self.promote_after_wait_s
+
+    def _promote_due(self, jobs: Sequence[JobView], now: float) -> None:
+        limit = self.promote_after_wait_s
+        if limit is None:
+            return
+        # Same tolerance as the simulator's notion of "now" (an event due within round-off).
+        horizon = now + PROMOTE_TOL_S * max(1.0, abs(now))
+        for job in jobs:
+            if not job.running and self._wait_since.get(job.job_id, now) + limit <= horizon:
+                self._base_gpu_s[job.job_id] = job.attained_s * job.gpus
+
+    def queue(self, job: JobView) -> int:
+        base = self._base_gpu_s.get(job.job_id, 0.0)
+        return bisect_right(self._bounds, job.attained_s * job.gpus - base)
+
+    def next_change_s(self, job: JobView) -> float | None:
+        q = self.queue(job)
+        if q >= len(self.thresholds_gpu_s) or job.gpus <= 0:
+            return None
+        return (self.thresholds_gpu_s[q] + self._base_gpu_s.get(job.job_id, 0.0)) / job.gpus
 
     def rank_key(self, job: JobView) -> tuple[Any, ...]:
-        return (bisect_right(self._bounds, job.attained_s * job.gpus), job.arrival_s, job.job_id)
+        return (self.queue(job), job.arrival_s, job.job_id)
 
     def order(self, jobs: Sequence[JobView], now: float) -> list[JobView]:
+        self._promote_due(jobs, now)
         return sorted(jobs, key=self.rank_key)
+
+    def __repr__(self) -> str:
+        limit = self.promote_after_wait_s
+        extra = "" if limit is None else f", promote_after_wait_s={limit!r}"
+        return f"{type(self).__name__}(thresholds_gpu_s={self.thresholds_gpu_s!r}{extra})"

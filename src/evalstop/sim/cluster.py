@@ -159,7 +159,7 @@ class ClusterSim:
             return False
         if kind == "milestone":
             self._milestone(job, now)
-        return True  # a milestone, or the end of a minimum run quantum
+        return True  # a milestone, the end of a minimum run quantum, or a waiting job's wake-up
 
     def _schedule_arrival(self, arrivals: Iterator[tuple[JobSpec, JobTruth]]) -> None:
         """Put the next arrival on the heap. Only arrivals share its priority and they come in
@@ -181,7 +181,7 @@ class ClusterSim:
             job.kill_at = None if job.kill_verdict is None else job.kill_verdict.stop_index
         else:
             job.monitor = self.scheduler.monitor(job.view)
-        self._enqueue(job)
+        self._enqueue(job, now)
 
     def _plan_kill(self, job: _Job) -> Verdict | None:
         """Fast path: fold the job's whole eval sequence into its monitor once, at arrival."""
@@ -255,11 +255,17 @@ class ClusterSim:
         job.view.attained_s = job.attained_at_seg
 
     # -- allocation ----------------------------------------------------------------------
-    def _enqueue(self, job: _Job) -> None:
+    def _enqueue(self, job: _Job, now: float) -> None:
         self.waiting[job.spec.job_id] = job
         self.waiting_gpus += job.spec.gpus
         if self._static:
             self._queue.push(job.spec.gpus, self.scheduler.rank_key(job.view), job)
+            return
+        wake = self.scheduler.wake_at_s(job.view, now)
+        if wake is not None:
+            # A waiting job's rank changes at ``wake`` (starvation guard): an event there, stale
+            # (ignored) if the job has run and stopped again by then (its version moved on).
+            self.engine.schedule(max(wake, now), DEPART, ("wake", job, job.version))
 
     def _reschedule(self, now: float) -> None:
         if not self.waiting:
@@ -381,7 +387,7 @@ class ClusterSim:
         self._close_segment(job, now)
         self._release(job, now)
         job.n_preempt += 1
-        self._enqueue(job)
+        self._enqueue(job, now)
         self.events.add(now, PREEMPTED, job.spec.job_id)
 
     def _end(self, job: _Job, now: float, verdict: Verdict | None) -> None:
