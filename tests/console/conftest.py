@@ -25,7 +25,9 @@ def _missing(what: str) -> None:
     pytest.skip(what)
 
 
-@pytest.fixture(scope="session")
+# Package scope, not session: Playwright's sync API runs an event loop in the main thread until it
+# stops, and later tests (tests/service) call asyncio.run().
+@pytest.fixture(scope="package")
 def browser() -> Iterator[Any]:
     try:
         from playwright.sync_api import sync_playwright
