@@ -176,3 +176,17 @@ def offer(state: State, sign: float, index: int, ev: Eval) -> bool:
 
 def sign_of(mode: str) -> float:
     return 1.0 if mode == "max" else -1.0
+
+
+def track_best(state: State, mode: str, index: int, ev: Eval) -> None:
+    """For rules that never look at the score: keep the best checkpoint, count invalid scores."""
+    if is_valid(ev.score):
+        offer(state, sign_of(mode), index, ev)
+    else:
+        state["n_invalid"] += 1
+
+
+def finite_loss(ev: Eval) -> float | None:
+    """The eval's training loss if it is reported and finite, else None."""
+    loss = ev.loss
+    return loss if loss is not None and math.isfinite(loss) else None

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 
 from .._validation import check_choice, check_float
-from ._base import Detector, Eval, State, is_valid, offer, sign_of
+from ._base import Detector, Eval, State, track_best
 
 
 @dataclass(frozen=True)
@@ -27,10 +27,7 @@ class FixedProgress(Detector):
         check_choice(owner, "mode", self.mode, ("max", "min"))
 
     def step(self, state: State, index: int, ev: Eval) -> str | None:
-        if is_valid(ev.score):
-            offer(state, sign_of(self.mode), index, ev)
-        else:
-            state["n_invalid"] += 1
+        track_best(state, self.mode, index, ev)
         progress = ev.progress
         if progress is not None and math.isfinite(progress) and progress >= self.at:
             return f"progress {progress:.3g} reached the fixed stop point at={self.at}"

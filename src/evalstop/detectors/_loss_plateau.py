@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from .._validation import check_choice, check_float, check_int
-from ._base import Detector, Eval, State, is_valid, offer, sign_of
+from ._base import Detector, Eval, State, finite_loss, track_best
 
 
 @dataclass(frozen=True)
@@ -38,12 +37,9 @@ class LossPlateau(Detector):
         return {"reference": None, "n_valid": 0, "run": 0}
 
     def step(self, state: State, index: int, ev: Eval) -> str | None:
-        if is_valid(ev.score):
-            offer(state, sign_of(self.mode), index, ev)
-        else:
-            state["n_invalid"] += 1
-        loss = ev.loss
-        if loss is None or not math.isfinite(loss):
+        track_best(state, self.mode, index, ev)
+        loss = finite_loss(ev)
+        if loss is None:
             return None
         n_valid = state["n_valid"] = state["n_valid"] + 1
         reference = state["reference"]

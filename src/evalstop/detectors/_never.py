@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .._validation import check_choice
-from ._base import Detector, Eval, State, is_valid, offer, sign_of
+from ._base import Detector, Eval, State, track_best
 
 
 @dataclass(frozen=True)
@@ -19,10 +19,7 @@ class NeverStop(Detector):
         check_choice(type(self).__name__, "mode", self.mode, ("max", "min"))
 
     def step(self, state: State, index: int, ev: Eval) -> str | None:
-        if is_valid(ev.score):
-            offer(state, sign_of(self.mode), index, ev)
-        else:
-            state["n_invalid"] += 1
+        track_best(state, self.mode, index, ev)
         return None
 
     def running_reason(self, state: State) -> str:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from .._validation import check_choice, check_float, check_int
-from ._base import Detector, Eval, State, is_valid, offer, sign_of
+from ._base import Detector, Eval, State, finite_loss, track_best
 
 
 @dataclass(frozen=True)
@@ -42,12 +41,9 @@ class SlaqLoss(Detector):
         return {"first_loss": None, "recent_losses": [], "n_losses": 0}
 
     def step(self, state: State, index: int, ev: Eval) -> str | None:
-        if is_valid(ev.score):
-            offer(state, sign_of(self.mode), index, ev)
-        else:
-            state["n_invalid"] += 1
-        loss = ev.loss
-        if loss is None or not math.isfinite(loss):
+        track_best(state, self.mode, index, ev)
+        loss = finite_loss(ev)
+        if loss is None:
             return None
         if state["first_loss"] is None:
             state["first_loss"] = loss
