@@ -173,14 +173,26 @@ def test_ctrl_c_during_a_study_run_says_how_to_resume(tmp_path: Path) -> None:
     import signal
     import time
 
+    # Enough seeds that the run lasts well past the first progress line on a fast machine
+    # (3 seeds took 2 s in CI and finished before a fixed 4 s sleep); signal once it is running.
     proc = subprocess.Popen(
-        [sys.executable, "-m", "evalstop.cli", "reproduce", "--study", "noise", "--seeds", "3",
+        [sys.executable, "-m", "evalstop.cli", "reproduce", "--study", "noise", "--seeds", "40",
          "--out", str(tmp_path), "--workers", "2"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )
-    time.sleep(4)
+    assert proc.stderr is not None
+    seen = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        seen.append(line)
+        if not line or " tasks" in line or "/" in line and "%)" in line:
+            break
+    assert proc.poll() is None, "".join(seen)
+    time.sleep(0.5)
     os.killpg(proc.pid, signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
+    _, rest = proc.communicate(timeout=120)
+    err = "".join(seen) + rest
     assert proc.returncode == 130, err
     assert "Traceback" not in err, err
     last = err.strip().splitlines()[-1]
