@@ -186,7 +186,7 @@ def test_ctrl_c_during_a_study_run_says_how_to_resume(tmp_path: Path) -> None:
     while time.monotonic() < deadline:
         line = proc.stderr.readline()
         seen.append(line)
-        if not line or " tasks" in line or "/" in line and "%)" in line:
+        if not line or " tasks" in line or ("/" in line and "%)" in line):
             break
     assert proc.poll() is None, "".join(seen)
     time.sleep(0.5)

@@ -185,3 +185,18 @@ def test_default_check_reports_every_family_at_every_cadence() -> None:
     assert set(held["chosen_per_family"]) == {"lr-high", "control-gold", "trl-proxy", "control-trl-gold"}
     text = render_check(check, held)
     assert "| 10 evals |" in text and "| 40 evals |" in text and "| trl-proxy |" in text
+
+
+def test_frontier_reports_the_best_recall_within_the_goals() -> None:
+    from evalstop.experiments.cadence import frontier
+
+    runs = build_bank(0, 2, ["lr-high", "control-gold"], n_evals=10)
+    cases = cases_of(runs)
+    # "never" is within the goals (no stop: P undefined, FPR 0) and recalls nothing
+    never = frontier(["never"], cases)
+    assert (never["spec"], never["recall"], never["fpr"], never["n_specs"]) == ("never", 0.0, 0.0, 1)
+    best = frontier([DEFAULT_SPEC, "never"], cases)
+    assert best["spec"] == DEFAULT_SPEC and best["recall"] == 1.0
+    check = default_check(DEFAULT_SPEC, {10: cases}, [])
+    check["frontier"] = {"10": best}
+    assert f"the best recall with P >= 0.95 and FPR <= 0.05 is 1.000 (`{DEFAULT_SPEC}`" in render_check(check)

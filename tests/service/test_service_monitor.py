@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from evalstop.detectors import DEFAULT_SPEC, Eval, Monitor, parse_spec
-from evalstop.service.store import jobs
+from evalstop.service.store import decisions, jobs, scores
 
 from ._support import Api
 
@@ -58,6 +58,40 @@ def test_a_job_without_a_saved_monitor_gets_one_from_its_scores(api: Api) -> Non
     reply = api.post(token, job["id"], {"step": 4, "value": 0.5}).json()
     assert reply["decided_now"] and reply["stop_step"] == 4 and reply["best_checkpoint_uri"] == "ck-2"
     assert _monitor_of(api, job["id"]).n_evals == 5
+
+
+def _count(api: Api, table: sa.Table, job_id: str) -> int:
+    with api.ctx.store.engine.connect() as conn:
+        return int(conn.execute(sa.select(sa.func.count()).select_from(table)
+                                .where(table.c.job_id == job_id)).scalar_one())
+
+
+def test_a_batch_written_in_units_decides_as_the_rule_on_the_whole_batch(api: Api) -> None:
+    assert api.ctx.store.limits.ingest_chunk == 100  # 250 scores: three units
+    token = api.tenant("acme")
+    job = api.job(token, detector="evalstop:k=2")
+    values = [0.1 + 0.004 * i for i in range(150)] + [0.69 - 0.001 * i for i in range(100)]
+    body = {"scores": [{"step": i, "value": v, "checkpoint_uri": f"ck-{i}"} for i, v in enumerate(values)]}
+    reply = api.post(token, job["id"], body).json()
+    expected = parse_spec("evalstop:k=2").evaluate([Eval(i, v) for i, v in enumerate(values)])
+    assert expected.stop_step == 151  # decided in the second unit
+    assert reply["accepted"] == 250 and reply["decided_now"] and reply["stop_step"] == 151
+    assert reply["best_checkpoint_uri"] == "ck-149" and reply["n_evals"] == 250
+    assert _monitor_of(api, job["id"]).verdict == expected
+    assert _count(api, decisions, job["id"]) == 1 and _count(api, scores, job["id"]) == 250
+    again = api.post(token, job["id"], body).json()  # a retry: every score a duplicate, no new decision
+    assert again["accepted"] == 0 and again["duplicates"] == 250 and not again["decided_now"]
+
+
+@pytest.mark.parametrize("bad", ["out of order", "repeated with another value"])
+def test_a_batch_refused_for_its_own_order_writes_no_unit(api: Api, bad: str) -> None:
+    token = api.tenant("acme")
+    job = api.job(token)
+    items = [{"step": i, "value": 0.5} for i in range(250)]
+    items[210] = {"step": 100, "value": 0.5} if bad == "out of order" else {"step": 209, "value": 0.4}
+    r = api.post(token, job["id"], {"scores": items})
+    assert r.status_code == 409 and "scores[210]" in r.text, r.text
+    assert _count(api, scores, job["id"]) == 0
 
 
 # A latency target, so a benchmark (deselected by default; run with ``pytest -m bench``), not a

@@ -22,7 +22,7 @@ from ..workloads import PRESETS, generate
 from ..workloads.bank import BankRun, build_bank, read_bank, shipped_trl_bank
 from ..workloads.supervised import load_supervised
 from .bank_sim import bank_policies, render_cluster, run_bank_seed, summarise
-from .cadence import bank_at, cases_of, default_check, held_out_choice, render_check
+from .cadence import FRONTIER_GRID, bank_at, cases_of, default_check, frontier, held_out_choice, render_check
 from .holdout import Case, HeldOut, cross_validate, expand_grid, family_folds, metrics, objective, outcomes
 
 #: rule (spec name, maybe with fixed parameters) -> parameter grid searched on training families
@@ -253,8 +253,11 @@ def _default_study(
     by_cadence = {c: cases_of(bank_at(c, args.seed, args.runs_per_family, trl)) for c in cadences}
     candidates = [s for rule, grid in DEFAULT_CANDIDATES.items() for s in expand_grid(rule, grid)]
     spec = args.default_spec or DEFAULT_SPEC
+    check = default_check(spec, by_cadence, supervised)
+    wide = [s for rule, grid in FRONTIER_GRID.items() for s in expand_grid(rule, grid)]
+    check["frontier"] = {str(c): frontier(wide, cases) for c, cases in by_cadence.items()}
     return {
-        "check": default_check(spec, by_cadence, supervised),
+        "check": check,
         "held_out": held_out_choice(candidates, by_cadence),
     }
 

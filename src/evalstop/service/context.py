@@ -83,7 +83,7 @@ class ServiceContext:
     @classmethod
     def build(cls, settings: ServiceSettings) -> ServiceContext:
         limits = Limits(max_batch=settings.max_batch, max_step=settings.max_step,
-                        max_history=settings.max_history)
+                        max_history=settings.max_history, ingest_chunk=settings.ingest_chunk)
         store = open_store(settings.database_url, synchronous=settings.sqlite_synchronous, limits=limits,
                            group_commit=settings.sqlite_group_commit)
         adapters = AdapterRegistry(settings.adapter_plugins, settings.adapter_settings)

@@ -25,6 +25,9 @@ class ServiceSettings(BaseSettings):
     sqlite_group_commit: bool = True
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
     max_batch: int = Field(default=1000, ge=1)
+    #: On SQLite, a batch is written in units of at most this many scores, so that another job's
+    #: score waits for one unit, not for the whole batch (docs/service.md, "One tenant's big batch").
+    ingest_chunk: int = Field(default=100, ge=1)
     max_step: int = Field(default=10**12, ge=1)
     max_history: int = Field(default=100_000, ge=10)
     run_worker: bool = True

@@ -166,6 +166,8 @@ class Limits:
     max_batch: int = 1000
     max_step: int = 10**12
     max_history: int = 100_000
+    #: A batch is written in units of at most this many scores (see ``ingest.ingest_scores``).
+    ingest_chunk: int = 100
 
 
 class Store:
