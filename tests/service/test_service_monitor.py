@@ -105,7 +105,7 @@ def test_batches_to_a_mann_kendall_job_do_not_hold_up_another_tenants_single_sco
     """On PostgreSQL, where writers to different jobs do not wait for each other (on SQLite one
     commit thread writes everything)."""
     cmd = [sys.executable, str(ROOT / "bench" / "service_load.py"), "--phases", "history,contention",
-           "--long-history", "2000", "--history-requests", "60", "--contention-batches", "5",
+           "--long-history", "2000", "--history-requests", "60", "--contention-batches", "20",
            "--contention-rate", "20", "--database-url", postgres_url, "--json"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300).stdout
     result = json.loads(out)
