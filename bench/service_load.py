@@ -452,8 +452,8 @@ def main(argv: list[str] | None = None) -> int:
         if "contention" in result:
             k = result["contention"]
             print(f"while another tenant posts {k['batches']} x 1,000 scores to a mann-kendall job "
-                  f"({k['batch_ms_mean']} ms per batch): {k['single_requests']} single scores at {k['rate']:.0f}/s p50 "
-                  f"{k['p50_ms']} ms, p99 {k['p99_ms']} ms, max {k['max_ms']} ms")
+                  f"({k['batch_ms_mean']} ms per batch): {k['single_requests']} single scores at "
+                  f"{k['rate']:.0f}/s p50 {k['p50_ms']} ms, p99 {k['p99_ms']} ms, max {k['max_ms']} ms")
         print(f"load average before/after: {result['load_avg_before']} / {result['load_avg_after']}")
     return 0
 
