@@ -1,22 +1,28 @@
 """Several replicas on one PostgreSQL: one leader for the pollers, single decisions under
-concurrent ingest of one job, outbox rows claimed without waiting (SKIP LOCKED)."""
+concurrent ingest of one job, outbox rows claimed without waiting (SKIP LOCKED), one rate
+limit per tenant across replicas."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
+from fastapi.testclient import TestClient
 
 from evalstop.service import domain
+from evalstop.service.app import create_app
+from evalstop.service.fairness import Limits as FairLimits
+from evalstop.service.fairness import RateLimited, SharedTokenBuckets
 from evalstop.service.ingest import ScoreIn
 from evalstop.service.leader import Leadership
 from evalstop.service.store import Store, metadata, open_store, outbox
 from evalstop.service.targets import AdapterRegistry
 from evalstop.service.worker import Worker
 
-from ._support import RECORDING_PLUGIN, wait_for
+from ._support import RECORDING_PLUGIN, Api, make_settings, wait_for
 
 
 @pytest.fixture
@@ -77,3 +83,52 @@ def test_replicas_claim_different_outbox_rows_without_waiting(pg: list[Store]) -
         thread.join(10)
         assert not thread.is_alive(), "the claim waited for the other replica's row lock"
     assert got[0] is not None and got[0][0] != locked
+
+
+def test_replicas_draw_on_one_bucket_per_tenant(pg: list[Store]) -> None:
+    """A tenant's rate holds across replicas: tokens leave the shared bucket before a replica
+    spends them, so two replicas together admit at most burst + rate x elapsed."""
+    domain.create_tenant(pg[0], "acme")
+    limits = FairLimits(scores_per_s=50.0, burst=20, max_live_jobs=10)
+    buckets = [SharedTokenBuckets(s.engine) for s in pg]
+    buckets[0].take("acme", 15, limits)
+    with pytest.raises(RateLimited) as refused:  # in-memory buckets would admit this too
+        buckets[1].take("acme", 15, limits)
+    assert 0 < refused.value.retry_after_s < 1.0
+    with pytest.raises(RateLimited):  # and the refused replica answers the next flood from memory
+        buckets[1].check_not_empty("acme", limits)
+    admitted = [0, 0]
+    started = time.monotonic()
+
+    def replica(i: int) -> None:
+        while time.monotonic() - started < 1.0:
+            try:
+                buckets[i].take("acme", 1, limits)
+                admitted[i] += 1
+            except RateLimited:
+                time.sleep(0.002)
+
+    threads = [threading.Thread(target=replica, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.monotonic() - started
+    # at most what the bucket held (<= 5 + refill) plus the refill; both replicas got some
+    assert sum(admitted) <= 5 + 50.0 * (elapsed + 0.1) + 1, admitted
+    assert sum(admitted) >= 25 and min(admitted) > 0, admitted
+
+
+def test_the_service_on_postgresql_limits_a_tenant_across_replicas(postgres_url: str) -> None:
+    with TestClient(create_app(make_settings(postgres_url))) as a, \
+            TestClient(create_app(make_settings(postgres_url))) as b:
+        api = Api(a)
+        token = api.tenant("acme", quota={"scores_per_s": 1, "burst": 20})
+        job = api.job(token)
+        batch = {"scores": [{"step": i, "value": 0.5} for i in range(15)]}
+        assert api.post(token, job["id"], batch).status_code == 200
+        r = Api(b).post(token, job["id"], {"scores": [{"step": 15 + i, "value": 0.5} for i in range(15)]})
+        assert r.status_code == 429 and int(r.headers["Retry-After"]) >= 5, r.text
+    cleanup = open_store(postgres_url)
+    metadata.drop_all(cleanup.engine)
+    cleanup.dispose()

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from .domain import hash_token, tenant_policy
 from .fairness import Limits as FairLimits
-from .fairness import TokenBuckets, effective
+from .fairness import SharedTokenBuckets, TokenBuckets, effective
 from .metrics import ServiceMetrics
 from .scopes import TenantScope, parse_scope
 from .settings import ServiceSettings
@@ -94,4 +94,6 @@ class ServiceContext:
         defaults = FairLimits(settings.tenant_scores_per_s, settings.tenant_burst,
                               settings.tenant_max_live_jobs)
         policies = PolicyCache(store, defaults, settings.policy_cache_s)
-        return cls(settings, store, adapters, metrics, worker, policies)
+        # one bucket per tenant for all replicas on PostgreSQL; SQLite has one process
+        buckets = TokenBuckets() if store.is_sqlite else SharedTokenBuckets(store.engine)
+        return cls(settings, store, adapters, metrics, worker, policies, buckets=buckets)

@@ -3,8 +3,9 @@
 Every tenant has a token bucket of scores: ``scores_per_s`` refill, ``burst`` capacity. A
 request of n scores takes n tokens or is refused at once with 429 and ``Retry-After`` (the
 seconds until n tokens are back); nothing is queued, so a heavy tenant's backlog never sits in
-front of another tenant's commit. Buckets live in each replica's memory: with R replicas behind
-a load balancer a tenant gets at most R times its rate (documented in docs/service.md). The
+front of another tenant's commit. On SQLite (one process) buckets live in
+memory; on PostgreSQL every replica draws on one bucket per tenant in the database
+(:class:`SharedTokenBuckets`), so R replicas still admit the tenant's rate once. The
 size quota ``max_live_jobs`` is checked in the registration's transaction, under a lock of the
 tenant row, so concurrent registrations (on any replica) cannot pass it together.
 
@@ -21,9 +22,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy.engine import Connection, Engine
 
 from .errors import DomainError
+from .store import tenant_buckets
 
 
 class RateLimited(DomainError):
@@ -86,12 +90,13 @@ class TokenBuckets:
                 self._state[tenant] = (tokens - n, now)
                 return
             self._state[tenant] = (tokens, now)
-        if n > cap:
-            raise RateLimited(f"scores: a request of {n} scores exceeds tenant {tenant!r}'s burst of "
-                              f"{limits.burst}; send smaller batches.", retry_after_s=1.0)
-        wait = (n - tokens) / rate
-        raise RateLimited(f"Tenant {tenant!r} is over its rate of {rate:g} scores/s; retry in {wait:.2f} s.",
-                          retry_after_s=wait)
+        raise refusal(tenant, n, tokens, limits)
+
+    def take_local(self, tenant: str, n: int, limits: Limits) -> bool:
+        """:meth:`take` when it needs no I/O (always, here); False: call :meth:`take` off the
+        event loop (:class:`SharedTokenBuckets` when its lease runs out)."""
+        self.take(tenant, n, limits)
+        return True
 
 
     def check_not_empty(self, tenant: str, limits: Limits) -> None:
@@ -103,9 +108,103 @@ class TokenBuckets:
                 return
             tokens = min(float(limits.burst), found[0] + (self.clock() - found[1]) * limits.scores_per_s)
         if tokens < 1:
-            wait = (1 - tokens) / limits.scores_per_s
-            raise RateLimited(f"Tenant {tenant!r} is over its rate of {limits.scores_per_s:g} scores/s; "
-                              f"retry in {wait:.2f} s.", retry_after_s=wait)
+            raise refusal(tenant, 1, tokens, limits)
+
+
+def refusal(tenant: str, n: int, tokens: float, limits: Limits) -> RateLimited:
+    """The 429 for a request of ``n`` scores when the bucket holds ``tokens``."""
+    if n > limits.burst:
+        return RateLimited(f"scores: a request of {n} scores exceeds tenant {tenant!r}'s burst of "
+                           f"{limits.burst}; send smaller batches.", retry_after_s=1.0)
+    rate = limits.scores_per_s
+    wait = (n - tokens) / rate
+    return RateLimited(f"Tenant {tenant!r} is over its rate of {rate:g} scores/s; retry in {wait:.2f} s.",
+                       retry_after_s=wait)
+
+
+class SharedTokenBuckets(TokenBuckets):
+    """Each tenant's bucket in the database (``tenant_buckets``), shared by every replica.
+
+    A replica takes tokens from the shared bucket in leases of up to ``lease_s`` seconds of the
+    tenant's rate and spends them locally, so most requests cost no round trip (one lease per
+    ``lease_s`` per busy tenant and replica). Tokens leave the shared bucket before they are
+    spent, so R replicas together never admit more than the tenant's rate and burst; what a
+    lease costs is that up to R - 1 unspent leases (each ``lease_s`` of rate) may sit on other
+    replicas while one is refused. The refill clock is the database's, so replicas on different
+    machines agree. A lease is one short transaction with the tenant's row locked, committed
+    without waiting for its WAL flush (losing a bucket update in a crash only refills it).
+    """
+
+    def __init__(
+        self, engine: Engine, lease_s: float = 0.05, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        super().__init__(clock)
+        self.engine, self.lease_s = engine, lease_s
+        self._leased: dict[str, float] = {}  # tenant -> tokens this replica holds
+        self._refused_until: dict[str, float] = {}  # tenant -> local clock until which it is over
+
+    def take_local(self, tenant: str, n: int, limits: Limits) -> bool:
+        with self._lock:
+            have = self._leased.get(tenant, 0.0)
+            if n <= have:
+                self._leased[tenant] = have - n
+                return True
+        return False
+
+    def take(self, tenant: str, n: int, limits: Limits) -> None:
+        if self.take_local(tenant, n, limits):
+            return
+        if n > limits.burst:
+            raise refusal(tenant, n, 0.0, limits)
+        with self._lock:
+            have = self._leased.pop(tenant, 0.0)
+        need = n - have
+        granted, tokens = self._lease(tenant, need, need + limits.scores_per_s * self.lease_s, limits)
+        with self._lock:
+            left = have if granted == 0.0 else granted - need
+            self._leased[tenant] = self._leased.get(tenant, 0.0) + left
+            if granted == 0.0:
+                self._refused_until[tenant] = self.clock() + (need - tokens) / limits.scores_per_s
+        if granted == 0.0:
+            raise refusal(tenant, n, tokens + have, limits)
+
+    def check_not_empty(self, tenant: str, limits: Limits) -> None:
+        with self._lock:
+            wait = self._refused_until.get(tenant, 0.0) - self.clock()
+        if wait > 0:
+            raise refusal(tenant, 1, 1.0 - wait * limits.scores_per_s, limits)
+
+    def _lease(self, tenant: str, need: float, want: float, limits: Limits) -> tuple[float, float]:
+        """Take ``want`` tokens (at least ``need``, else none) from the shared bucket; return
+        (tokens granted, tokens the bucket held)."""
+        cap, rate = float(limits.burst), limits.scores_per_s
+        is_pg = self.engine.dialect.name == "postgresql"
+        now_sql = sa.func.extract("epoch", sa.func.clock_timestamp()) if is_pg else sa.literal(time.time())
+        with self.engine.begin() as conn:
+            if is_pg:
+                conn.execute(sa.text("SET LOCAL synchronous_commit = off"))
+            locked = (sa.select(tenant_buckets.c.tokens, tenant_buckets.c.at, now_sql.label("now"))
+                      .where(tenant_buckets.c.tenant == tenant).with_for_update())
+            row = conn.execute(locked).first()
+            if row is None:  # first lease: a full bucket (another replica may insert it first)
+                now = float(conn.execute(sa.select(now_sql)).scalar_one())
+                conn.execute(_insert_ignore(conn, tenant_buckets).values(tenant=tenant, tokens=cap, at=now))
+                row = conn.execute(locked).one()
+            now = float(row.now)
+            tokens = min(cap, float(row.tokens) + max(0.0, now - float(row.at)) * rate)
+            granted = min(tokens, want) if tokens >= need else 0.0
+            conn.execute(tenant_buckets.update().where(tenant_buckets.c.tenant == tenant)
+                         .values(tokens=tokens - granted, at=max(now, float(row.at))))
+        return granted, tokens
+
+
+def _insert_ignore(conn: Connection, table: sa.Table) -> Any:
+    """INSERT that does nothing when the row exists (PostgreSQL and SQLite)."""
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    if conn.dialect.name == "postgresql":
+        return postgresql.insert(table).on_conflict_do_nothing()
+    return sqlite.insert(table).on_conflict_do_nothing()
 
 
 def retry_after_header(seconds: float) -> str:

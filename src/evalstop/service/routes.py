@@ -194,7 +194,8 @@ async def _admit(ctx: ServiceContext, tenant: str, items: list[ScoreIn]) -> None
     policy = ctx.policies.cached(tenant)
     if policy is None:
         policy = await asyncio.to_thread(ctx.policies.load, tenant)
-    ctx.buckets.take(tenant, len(items), policy.limits)
+    if not ctx.buckets.take_local(tenant, len(items), policy.limits):  # a shared bucket's lease ran out
+        await asyncio.to_thread(ctx.buckets.take, tenant, len(items), policy.limits)
     prefixes = policy.scope.checkpoint_prefixes if policy.scope is not None else []
     if not prefixes:
         return  # no declared roots: the URI is stored as evidence, never pinned on a filesystem

@@ -39,6 +39,16 @@ tenants = sa.Table(
     sa.Column("quota", sa.JSON, nullable=True),
 )
 
+#: Each tenant's token bucket where replicas share it (PostgreSQL; ``fairness.SharedTokenBuckets``):
+#: the tokens left at ``at`` (seconds, the database's clock).
+tenant_buckets = sa.Table(
+    "tenant_buckets",
+    metadata,
+    sa.Column("tenant", sa.String(64), sa.ForeignKey("tenants.name"), primary_key=True),
+    sa.Column("tokens", sa.Float, nullable=False),
+    sa.Column("at", sa.Float, nullable=False),
+)
+
 jobs = sa.Table(
     "jobs",
     metadata,
