@@ -71,13 +71,15 @@ class Cluster:
             self.objects[(plural, ns, name)] = obj
             for i in range(n_pods):
                 self.pods.append({"metadata": {"name": f"{name}-{i}", "namespace": ns,
-                                               "labels": {pod_label: name}, "ownerUid": uid},
+                                               "labels": {pod_label: name},
+                                               "ownerReferences": [_owner(api, kind, name, uid)]},
                                   "status": {"phase": "Running"}})
             if queue:
                 self.objects[("workloads", ns, f"job-{name}-{uid[:5]}")] = {
                     "apiVersion": KINDS["workloads"][0], "kind": "Workload",
                     "metadata": {"name": f"job-{name}-{uid[:5]}", "namespace": ns, "uid": str(uuid.uuid4()),
-                                 "labels": {"kueue.x-k8s.io/job-uid": uid}, "ownerUid": uid},
+                                 "labels": {"kueue.x-k8s.io/job-uid": uid},
+                                 "ownerReferences": [_owner(api, kind, name, uid)]},
                     "spec": {"active": True, "queueName": queue}, "status": {"conditions": []}}
         return obj
 
@@ -100,22 +102,22 @@ class Cluster:
                     self._suspend(obj)
             owners = {o["metadata"]["uid"] for o in self.objects.values()}
             for pod in self.pods:
-                if pod["metadata"]["ownerUid"] not in owners:
+                if owner_uid(pod) not in owners:
                     pod["metadata"]["deletionTimestamp"] = time.time()
             self.objects = {k: o for k, o in self.objects.items()
-                            if o["metadata"].get("ownerUid", "") in owners or "ownerUid" not in o["metadata"]}
+                            if owner_uid(o) is None or owner_uid(o) in owners}
 
     def _evict(self, workload: dict[str, Any]) -> None:
         conds = workload["status"]["conditions"]
         if not any(c["type"] == "Evicted" for c in conds):
             conds.append({"type": "Evicted", "status": "True", "reason": "Deactivated"})
         for obj in self.objects.values():  # Kueue suspends the owning job
-            if obj["metadata"]["uid"] == workload["metadata"]["ownerUid"]:
+            if obj["metadata"]["uid"] == owner_uid(workload):
                 obj["spec"]["suspend"] = True
 
     def _suspend(self, obj: dict[str, Any]) -> None:
         for pod in self.pods:
-            if pod["metadata"]["ownerUid"] == obj["metadata"]["uid"]:
+            if owner_uid(pod) == obj["metadata"]["uid"]:
                 pod["metadata"].setdefault("deletionTimestamp", time.time())
         obj["status"]["active"] = 0
         conds = obj["status"]["conditions"]
@@ -221,3 +223,15 @@ def run_controllers(cluster: Cluster, stop: threading.Event, period_s: float = 0
     thread = threading.Thread(target=loop, daemon=True)
     thread.start()
     return thread
+
+
+def _owner(api: str, kind: str, name: str, uid: str) -> dict[str, Any]:
+    """An ownerReference as the API server stores it (the controller's, with blockOwnerDeletion)."""
+    return {"apiVersion": api, "kind": kind, "name": name, "uid": uid, "controller": True,
+            "blockOwnerDeletion": True}
+
+
+def owner_uid(obj: dict[str, Any]) -> str | None:
+    """The uid of an object's controlling owner, or None."""
+    refs = obj["metadata"].get("ownerReferences") or []
+    return next((r["uid"] for r in refs if r.get("controller")), None)

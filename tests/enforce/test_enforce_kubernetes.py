@@ -8,7 +8,7 @@ import pytest
 from enforce_http import serve
 from k8s_fake import TOKEN, Cluster, K8sHandler, run_controllers
 
-from evalstop.service.adapters import AdapterError, JobRef, get_adapter
+from evalstop.service.adapters import AdapterError, JobRef, NotOwned, get_adapter
 from evalstop.service.adapters._kubernetes import PIN_ANNOTATION
 from evalstop.testing.adapter_contract import check_stop_sequence, check_unknown_job, wait_stopped
 
@@ -71,6 +71,18 @@ def test_explicit_workload_option(cluster: tuple[Cluster, str]) -> None:
     name = next(n for (p, _, n) in state.objects if p == "workloads")
     make(url).signal(JobRef("job-j", "acme", "ns/j", {"workload": name}))
     assert state.objects[("workloads", "ns", name)]["spec"]["active"] is False
+
+
+def test_a_workload_option_naming_another_jobs_workload_is_refused(cluster: tuple[Cluster, str]) -> None:
+    """A tenant sharing a namespace cannot deactivate a neighbour's Workload by naming it."""
+    state, url = cluster
+    state.create("jobs", "ns", "mine", queue="q")
+    state.create("jobs", "ns", "theirs", queue="q")
+    theirs = next(n for (p, _, n) in state.objects if p == "workloads" and n.startswith("job-theirs-"))
+    with pytest.raises(NotOwned, match="does not belong to ns/mine"):
+        make(url).signal(JobRef("job-m", "acme", "ns/mine", {"workload": theirs}))
+    assert state.objects[("workloads", "ns", theirs)]["spec"]["active"] is True
+    assert not any(m == "PATCH" for m, _, _ in state.requests)
 
 
 def test_delete_held_by_finalizer_is_202_and_not_stopped_yet(cluster: tuple[Cluster, str]) -> None:

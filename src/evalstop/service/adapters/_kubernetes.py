@@ -151,9 +151,17 @@ class KubernetesAdapter(EnforcementAdapter):
                        headers=MERGE_PATCH)
 
     def _find_workload(self, job: JobRef, obj: Mapping[str, Any]) -> str | None:
-        if "workload" in job.options:
-            return str(job.options["workload"])
         meta = obj.get("metadata", {})
+        if "workload" in job.options:  # named at registration: it must be this object's Workload
+            name = str(job.options["workload"])
+            namespace, _ = self._split(job)
+            found = self._call("GET", f"{self._workloads_path(namespace)}/{quote(name, safe='')}",
+                               f"k8s workload of job {job.job_id}")
+            if found is None:
+                raise AdapterError(f"job {job.job_id}: Workload {name!r} not found", retryable=True)
+            if not _owned_by(found, str(meta.get("uid", ""))):
+                raise NotOwned(f"job {job.job_id}: Workload {name!r} does not belong to {job.external_ref}")
+            return name
         if QUEUE_LABEL not in meta.get("labels", {}):
             return None
         namespace, _ = self._split(job)
@@ -185,6 +193,14 @@ class KubernetesAdapter(EnforcementAdapter):
 
     def close(self) -> None:
         self._client.close()
+
+
+def _owned_by(workload: Mapping[str, Any], uid: str) -> bool:
+    """Kueue's Workload names its job as controlling owner and in the job-uid label."""
+    meta = workload.get("metadata", {})
+    refs = meta.get("ownerReferences") or []
+    return bool(uid) and (any(r.get("uid") == uid and r.get("controller") for r in refs)
+                          or (meta.get("labels") or {}).get(JOB_UID_LABEL) == uid)
 
 
 def _finished(obj: Mapping[str, Any]) -> bool:
