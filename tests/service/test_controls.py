@@ -110,3 +110,25 @@ def test_shadow_and_reclaimed_reports_are_scoped_per_tenant(api_any_db: Api) -> 
     assert reclaimed["live"]["stopped_jobs"] == 1 and reclaimed["shadowed"]["stopped_jobs"] == 0
     assert reclaimed["live"]["gpu_hours"] == pytest.approx(80.0, abs=0.01)
     assert [p["gpu_hours"] for p in reclaimed["live"]["series"]] == [reclaimed["live"]["gpu_hours"]]
+
+
+def test_a_job_whose_stop_failed_can_be_released_and_its_reference_reused(api_any_db: Api) -> None:
+    api = api_any_db
+    token = api.tenant("acme")
+    job = api.job(token, grace_period_s=0)
+    api.adapter().fail_next("pin_checkpoint", 1, retryable=False)
+    api.post(token, job["id"], scores(DECLINING))
+    api.ctx.worker.run_once()
+    url = f"/v1/jobs/{job['id']}"
+    again = {"external_ref": job["external_ref"], "target": "recording"}
+    taken = api.client.post("/v1/jobs", json=again, headers=api.as_(token))
+    assert taken.status_code == 409  # a stop_failed job still holds its reference
+    other = api.tenant("other")
+    assert api.client.post(f"{url}/release", json={}, headers=api.as_(other)).status_code == 404
+    r = api.client.post(f"{url}/release", json={"reason": "killed by hand"}, headers=api.as_(token))
+    assert r.status_code == 200 and r.json()["state"] == "stopped"
+    twice = api.client.post(f"{url}/release", json={}, headers=api.as_(token))
+    assert twice.status_code == 409 and "stop_failed" in twice.json()["detail"]
+    assert api.client.post("/v1/jobs", json=again, headers=api.as_(token)).status_code == 201
+    trail = api.client.get(f"{url}/audit", headers=api.as_(token)).json()
+    assert [(a["action"], a["reason"]) for a in trail] == [("release", "killed by hand")]

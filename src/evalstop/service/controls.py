@@ -1,5 +1,6 @@
 """Hand controls on a job and their records: the audit trail (who changed a job, when, why),
-the delivery history of its stop, and retrying a stop that failed.
+the delivery history of its stop, retrying a stop that failed, and releasing a job whose stop
+failed for good (its external reference is then free for a new registration).
 
 The API and the console call the same functions, so both leave the same audit rows. ``tenant``
 scopes every call as in :mod:`evalstop.service.domain` (None = operator).
@@ -17,7 +18,7 @@ from .errors import Conflict, InvalidInput
 from .ingest import lock_job
 from .store import Store, audit, delivery_events, jobs, outbox
 
-ACTIONS = ("stop_now", "never_stop", "resume", "retry_stop")
+ACTIONS = ("stop_now", "never_stop", "resume", "retry_stop", "release")
 MAX_REASON = 1000
 
 
@@ -104,4 +105,22 @@ def retry_stop(store: Store, job_id: str, actor: Actor, reason: str = "") -> dic
                                                      attempts=0, error=None, created_at=now))
         conn.execute(jobs.update().where(jobs.c.id == job_id).values(state="stopping"))
         record(conn, job_id, actor, "retry_stop", reason, now)
+    return get_job(store, job_id, actor.tenant)
+
+
+def release(store: Store, job_id: str, actor: Actor, reason: str = "") -> dict[str, Any]:
+    """Close a job whose stop failed (``stop_failed``) without stopping it through evalstop:
+    the job becomes ``stopped`` (it ended, or it was handled by hand), which frees its external
+    reference for a new job; its failed outbox row and delivery history stay as they are."""
+    from .domain import get_job
+
+    now = store.clock()
+    with store.transaction() as conn:
+        job = lock_job(conn, job_id, actor.tenant)
+        if job["state"] != "stop_failed":
+            raise Conflict(
+                f"Job {job_id} is {job['state']}; only a job whose stop failed (stop_failed) "
+                "can be released.")
+        conn.execute(jobs.update().where(jobs.c.id == job_id).values(state="stopped", stopped_at=now))
+        record(conn, job_id, actor, "release", reason, now)
     return get_job(store, job_id, actor.tenant)

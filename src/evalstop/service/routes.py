@@ -248,6 +248,13 @@ def retry_stop(job_id: str, body: RetryIn, ctx: Ctx, who: Caller) -> dict[str, A
     return controls.retry_stop(ctx.store, job_id, controls.Actor(who.tenant), body.reason)
 
 
+@router.post("/jobs/{job_id}/release", response_model=JobOut, tags=["decisions"])
+def release(job_id: str, body: RetryIn, ctx: Ctx, who: Caller) -> dict[str, Any]:
+    """Close a job whose stop failed for good (``stop_failed`` -> ``stopped``), freeing its
+    external reference; recorded in the audit trail."""
+    return controls.release(ctx.store, job_id, controls.Actor(who.tenant), body.reason)
+
+
 @router.get("/jobs/{job_id}/audit", tags=["decisions"])
 def list_audit(job_id: str, ctx: Ctx, who: Caller) -> list[dict[str, Any]]:
     """Who changed the job by hand (overrides, stop retries), when, why, through what."""
