@@ -180,3 +180,19 @@ def test_console_pages_on_both_databases(api_any_db: Api) -> None:
     assert 'id="marker-stop" data-step="4"' in page and ">done<" in page
     savings = c.get("/ui/savings").text
     assert 'data-tenant="acme"' in savings and 'data-tenant="live"' in savings
+
+
+def test_release_button_for_a_failed_stop(api: Api) -> None:
+    token = api.tenant("acme")
+    job = api.job(token, grace_period_s=0)
+    api.adapter().fail_next("signal", 1, retryable=False)
+    api.post(token, job["id"], {"scores": [{"step": s, "value": v} for s, v in DECLINING]})
+    api.ctx.worker.run_once()
+    c = sign_in(api.client, token, "bob")
+    url = f"/ui/jobs/{job['id']}"
+    page = c.get(url).text
+    assert 'id="release"' in page
+    assert c.post(f"{url}/release", data={"reason": "x"}).status_code == 403  # no CSRF token
+    r = c.post(f"{url}/release", data={"reason": "killed it by hand", "csrf": csrf_of(page)})
+    assert r.status_code == 200 and 'id="job-state">stopped' in r.text and 'id="release"' not in r.text
+    assert "release" in r.text and "killed it by hand" in r.text

@@ -198,6 +198,16 @@ async def retry(request: Request, job_id: str) -> Response:
         _ctx(request).store, job_id, actor, form.get("reason", "")[:1000]))
 
 
+@router.post("/jobs/{job_id}/release")
+async def release(request: Request, job_id: str) -> Response:
+    session, form, refused = await _checked_form(request)
+    if refused is not None or session is None:
+        return refused or _to_login()
+    actor = controls.Actor(session.tenant, session.name, "console")
+    return await _act(request, session, job_id, lambda: controls.release(
+        _ctx(request).store, job_id, actor, form.get("reason", "")[:1000]))
+
+
 async def _act(request: Request, session: Session, job_id: str, apply: Any) -> Response:
     try:
         await run_in_threadpool(apply)
