@@ -196,3 +196,23 @@ def test_release_button_for_a_failed_stop(api: Api) -> None:
     r = c.post(f"{url}/release", data={"reason": "killed it by hand", "csrf": csrf_of(page)})
     assert r.status_code == 200 and 'id="job-state">stopped' in r.text and 'id="release"' not in r.text
     assert "release" in r.text and "killed it by hand" in r.text
+
+
+def test_shadow_toggle_in_the_console_is_audited(api: Api) -> None:
+    token = api.tenant("acme")
+    job = api.job(token, grace_period_s=0)
+    c = sign_in(api.client, token, "bob")
+    url = f"/ui/jobs/{job['id']}"
+    page = c.get(url).text
+    assert 'id="shadow-toggle"' in page and "Shadow</dt><dd>no" in page
+    r = c.post(f"{url}/shadow", data={"enabled": "true", "reason": "trial week", "csrf": csrf_of(page)})
+    assert r.status_code == 200 and "Shadow</dt><dd>yes (job)" in r.text
+    # the rule fires: recorded, not enforced
+    api.post(token, job["id"], {"scores": [{"step": s, "value": v} for s, v in DECLINING]})
+    api.ctx.worker.run_once()
+    assert api.adapter().effects("signal", job["external_ref"]) == 0
+    r = c.post(f"{url}/shadow", data={"enabled": "false", "csrf": csrf_of(r.text)})
+    assert r.status_code == 200 and "Shadow</dt><dd>no" in r.text
+    trail = api.client.get(f"/v1/jobs/{job['id']}/audit", headers=api.as_(token)).json()
+    assert [(a["action"], a["reason"], a["channel"]) for a in trail] == [
+        ("shadow_on", "trial week", "console"), ("shadow_off", "", "console")]

@@ -18,7 +18,7 @@ from .errors import Conflict, InvalidInput
 from .ingest import lock_job
 from .store import Store, audit, delivery_events, jobs, outbox
 
-ACTIONS = ("stop_now", "never_stop", "resume", "retry_stop", "release")
+ACTIONS = ("stop_now", "never_stop", "resume", "retry_stop", "release", "shadow_on", "shadow_off")
 MAX_REASON = 1000
 
 

@@ -283,10 +283,18 @@ def list_decisions(store: Store, job_id: str, tenant: str | None) -> list[dict[s
         return [dict(r) for r in conn.execute(query).mappings().all()]
 
 
-def set_job_shadow(store: Store, job_id: str, tenant: str | None, enabled: bool) -> dict[str, Any]:
+def set_job_shadow(
+    store: Store, job_id: str, tenant: str | None, enabled: bool, *, actor: Actor | None = None,
+    reason: str = "",
+) -> dict[str, Any]:
+    """Turn the job's shadow mode on or off; a change adds an audit row (``shadow_on`` or
+    ``shadow_off``) in the same transaction, a call that changes nothing adds none."""
+    actor = actor or Actor(tenant)
     with store.transaction() as conn:
-        lock_job(conn, job_id, tenant)
-        conn.execute(jobs.update().where(jobs.c.id == job_id).values(shadow=enabled))
+        job = lock_job(conn, job_id, tenant)
+        if bool(job["shadow"]) != enabled:
+            conn.execute(jobs.update().where(jobs.c.id == job_id).values(shadow=enabled))
+            record(conn, job_id, actor, "shadow_on" if enabled else "shadow_off", reason, store.clock())
     return get_job(store, job_id, tenant)
 
 

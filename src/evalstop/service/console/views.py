@@ -198,6 +198,17 @@ async def retry(request: Request, job_id: str) -> Response:
         _ctx(request).store, job_id, actor, form.get("reason", "")[:1000]))
 
 
+@router.post("/jobs/{job_id}/shadow")
+async def shadow(request: Request, job_id: str) -> Response:
+    session, form, refused = await _checked_form(request)
+    if refused is not None or session is None:
+        return refused or _to_login()
+    actor = controls.Actor(session.tenant, session.name, "console")
+    enabled, reason = form.get("enabled") == "true", form.get("reason", "")[:1000]
+    return await _act(request, session, job_id, lambda: domain.set_job_shadow(
+        _ctx(request).store, job_id, session.tenant, enabled, actor=actor, reason=reason))
+
+
 @router.post("/jobs/{job_id}/release")
 async def release(request: Request, job_id: str) -> Response:
     session, form, refused = await _checked_form(request)
