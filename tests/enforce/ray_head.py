@@ -72,9 +72,12 @@ def _wait_ready(head: RayHead, root: Path, timeout_s: float) -> None:
         if head.proc.poll() is not None:
             raise RuntimeError(f"ray start exited: {(root / 'ray-start.log').read_text()[-3000:]}")
         try:
-            r = httpx.get(f"{head.dashboard_url}/api/jobs/", timeout=2,
-                          headers={"Authorization": f"Bearer {head.token}"})
-            if r.status_code == 200:
+            # ready = a job can be submitted: the jobs API answers before the job agent is up,
+            # and a submission then fails with 500 "No available agent" (seen at load 20)
+            r = httpx.post(f"{head.dashboard_url}/api/jobs/", timeout=5,
+                           headers={"Authorization": f"Bearer {head.token}"},
+                           json={"entrypoint": "true", "submission_id": "readiness-probe"})
+            if r.status_code == 200 or (r.status_code == 400 and "already" in r.text):
                 return
         except httpx.HTTPError:
             pass
