@@ -40,7 +40,7 @@ class RayHead:
     env: dict[str, str]
 
 
-def start_head(root: Path, *, stop_wait_s: int = 1, timeout_s: float = 120.0) -> RayHead:
+def start_head(root: Path, *, stop_wait_s: int = 1, timeout_s: float = 240.0) -> RayHead:
     (root / "home").mkdir(parents=True, exist_ok=True)
     temp_dir = root / "ray"  # short path: Ray's unix sockets have a length limit
     token = secrets.token_hex(16)
