@@ -19,33 +19,38 @@ class WidthHeaps(Generic[T]):
     __slots__ = ("_heaps", "_widths")
 
     def __init__(self) -> None:
-        self._heaps: dict[int, list[tuple[Any, T]]] = {}
+        #: width -> heap of the rank key's items followed by the job: a flat tuple compares in
+        #: one pass (the key is unique, so the comparison never reaches the job).
+        self._heaps: dict[int, list[tuple[Any, ...]]] = {}
         self._widths: list[int] = []  # ascending widths with a heap (possibly empty)
 
-    def push(self, width: int, key: Any, item: T) -> None:
-        """Add ``item`` of ``width`` GPUs with rank ``key`` (unique: items are never compared)."""
+    def push(self, width: int, key: tuple[Any, ...], item: T) -> None:
+        """Add ``item`` of ``width`` GPUs with rank ``key`` (a tuple, unique: items are never
+        compared)."""
         heap = self._heaps.get(width)
         if heap is None:
             heap = self._heaps[width] = []
             self._widths.append(width)
             self._widths.sort()
-        heapq.heappush(heap, (key, item))
+        heapq.heappush(heap, (*key, item))
 
     def best(self, max_width: int | None = None) -> tuple[Any, int] | None:
-        """(key, width) of the best-ranked entry no wider than ``max_width`` (None: any width)."""
+        """(entry, width) of the best-ranked entry no wider than ``max_width`` (None: any width).
+        The entry is the key followed by the item: it compares with another key as the key does."""
         found: tuple[Any, int] | None = None
         heaps = self._heaps
         for width in self._widths:
             if max_width is not None and width > max_width:
                 break
             heap = heaps[width]
-            if heap and (found is None or heap[0][0] < found[0]):
-                found = (heap[0][0], width)
+            if heap and (found is None or heap[0] < found[0]):
+                found = (heap[0], width)
         return found
 
     def pop(self, width: int) -> T:
         """Remove and return the best entry of ``width`` (as found by ``best``)."""
-        return heapq.heappop(self._heaps[width])[1]
+        item: T = heapq.heappop(self._heaps[width])[-1]
+        return item
 
     def clear(self) -> None:
         for heap in self._heaps.values():
