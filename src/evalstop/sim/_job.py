@@ -21,7 +21,7 @@ class Job:
 
     __slots__ = (
         "attained_at_seg", "duration_s", "evals", "first_start_s", "gpu_s_overhead", "gpus", "idx",
-        "job_id", "kill_at", "kill_verdict", "monitor", "n_preempt", "next_eval", "overhead_left",
+        "job_id", "kill_at", "kill_best", "monitor", "n_preempt", "next_eval", "overhead_left",
         "progress", "protected_until", "rank_milestone", "seg_start", "target_s", "version", "view",
     )
 
@@ -33,7 +33,7 @@ class Job:
         self.first_start_s: float | None = None
         self.n_preempt = self.next_eval = self.version = 0
         self.kill_at: int | None = None  # eval index of the planned kill (fast path)
-        self.kill_verdict: Verdict | None = None
+        self.kill_best: int | None = None  # the eval delivered at that kill
         self.monitor: Monitor | None = None  # the stopping rule watching the job (events path)
         self.progress: Sequence[float | None] = ()  # progress of each eval (when evals matter)
         self.evals: Sequence[Eval] = ()  # the job's evals (events path only)
@@ -73,9 +73,8 @@ class OutcomeColumns:
     def n_ended(self) -> int:
         return len(self.rows) // 6
 
-    def killed_at(self, idx: int, verdict: Verdict) -> None:
+    def killed_at(self, idx: int, best: int | None) -> None:
         self.killed.append(idx)
-        best = verdict.best_index
         self.delivered.append(self.table.true_final[idx].item() if best is None else
                               self.table.evals.true_at(idx)[best])
 

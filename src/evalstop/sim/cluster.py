@@ -35,6 +35,7 @@ from ._inputs import (
     own_hook,
 )
 from ._job import Job, OutcomeColumns, oracle_verdict
+from ._kill_plan import batch_plan
 from .allocation import fill_free, merge_pass
 from .engine import Engine
 from .outcome import SimResult
@@ -103,6 +104,8 @@ class ClusterSim:
         self._monitor = own_hook(scheduler, "monitor")
         self._rank_key = own_hook(scheduler, "rank_key") if self._static else None
         self._needs_evals = self.config.oracle or self._eval_events or self._monitor is not None
+        fast_rule = self._plan_kills and not self.config.oracle
+        self._batch = batch_plan(scheduler, self.table) if fast_rule else None
 
     @property
     def log(self) -> list[tuple[float, str, int]]:
@@ -192,9 +195,14 @@ class ClusterSim:
         """The job's evals matter (a rule watches it, or the oracle): plan or prepare its kill."""
         evals = self.table.evals
         job.progress = evals.progress_of(job.idx)
-        if self._plan_kills:
-            job.kill_verdict = self._plan_kill(job)
-            job.kill_at = None if job.kill_verdict is None else job.kill_verdict.stop_index
+        if self._batch is not None:
+            stop = self._batch[0][job.idx]
+            if stop >= 0:
+                job.kill_at, job.kill_best = stop, self._batch[1][job.idx]
+        elif self._plan_kills:
+            verdict = self._plan_kill(job)
+            if verdict is not None:
+                job.kill_at, job.kill_best = verdict.stop_index, verdict.best_index
         else:
             job.evals = evals.row(job.idx)
             job.monitor = None if self._monitor is None else self._monitor(job.view)
@@ -230,17 +238,17 @@ class ClusterSim:
                     continue
                 verdict = monitor.observe(evals[job.next_eval - 1])
                 if monitor.fired_now:
-                    self._end_at_milestone(job, now, verdict)
+                    self._end_at_milestone(job, now, True, verdict.best_index)
                     return
         if job.kill_at is not None and job.eval_target_s(job.kill_at) <= attained:
-            self._end_at_milestone(job, now, job.kill_verdict)
+            self._end_at_milestone(job, now, True, job.kill_best)
         elif attained >= job.duration_s:
-            self._end_at_milestone(job, now, None)
+            self._end_at_milestone(job, now, False, None)
         else:
             self._schedule_next(job, attained)
 
-    def _end_at_milestone(self, job: Job, now: float, verdict: Verdict | None) -> None:
-        """Kill (``verdict`` given) or complete the job at its milestone: its service is the
+    def _end_at_milestone(self, job: Job, now: float, killed: bool, best_index: int | None) -> None:
+        """Kill (delivering eval ``best_index``) or complete the job at its milestone: its service is the
         target, its restore overhead is what it spent of it by ``now``. (``_close_segment`` and
         ``_release``, inlined: every job ends here once.)"""
         job.gpu_s_overhead += min(now - job.seg_start, job.overhead_left) * job.gpus
@@ -256,10 +264,10 @@ class ClusterSim:
         if self._on_job_end is not None:
             self._on_job_end(job.view, now)
         job_id = job.job_id
-        self._log_time(now), self._log_kind(COMPLETED if verdict is None else KILLED), self._log_id(job_id)
+        self._log_time(now), self._log_kind(KILLED if killed else COMPLETED), self._log_id(job_id)
         self._record((job.idx, job.first_start_s, now, job.target_s, job.gpu_s_overhead, job.n_preempt))
-        if verdict is not None:
-            self._outcomes.killed_at(job.idx, verdict)
+        if killed:
+            self._outcomes.killed_at(job.idx, best_index)
 
     def _schedule_next(self, job: Job, attained: float) -> None:
         """Schedule the job's next milestone; ``attained`` is its service now."""
