@@ -13,6 +13,7 @@ arrival to its end, so memory grows with the jobs in the system, not with the wo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,7 +93,7 @@ class ClusterSim:
         self.events = EventLog()
         self._log_time, self._log_kind, self._log_id = self.events.appenders()
         self._outcomes = OutcomeColumns(self.table)
-        self._record = self._outcomes.rows.extend
+        self._record: Callable[[tuple[Any, ...]], None] = self._outcomes.rows.extend
         #: Static-rank policies (see ``Scheduler.static_rank``): waiting jobs in width heaps.
         self._static = scheduler.static_rank
         self._queue: WidthHeaps[Job] = WidthHeaps()
@@ -102,7 +103,8 @@ class ClusterSim:
         self._on_start, self._on_stop = own_hook(scheduler, "on_start"), own_hook(scheduler, "on_stop")
         self._next_change_s = own_hook(scheduler, "next_change_s")
         self._monitor = own_hook(scheduler, "monitor")
-        self._rank_key = own_hook(scheduler, "rank_key") if self._static else None
+        rank_key = own_hook(scheduler, "rank_key") or scheduler.rank_key
+        self._rank_key: Callable[[JobView], tuple[Any, ...]] = rank_key
         self._needs_evals = self.config.oracle or self._eval_events or self._monitor is not None
         fast_rule = self._plan_kills and not self.config.oracle
         self._batch = batch_plan(scheduler, self.table) if fast_rule else None
@@ -140,7 +142,8 @@ class ClusterSim:
                 next_arrival = inf if row is None else row[5]
                 changed = True
             elif heap:
-                kind, job, version = self.engine.pop()
+                event: Any = self.engine.pop()
+                kind, job, version = event
                 now = self.engine.now
                 self.busy_gpu_s += self.used_gpus * (now - self._last_t)
                 self._last_t = now
@@ -164,7 +167,8 @@ class ClusterSim:
                     next_arrival = inf if row is None else row[5]
                     changed = True
                 elif at <= due_by:
-                    kind, job, version = self.engine.pop_due(due_by)
+                    event = self.engine.pop_due(due_by)
+                    kind, job, version = event
                     if version == job.version:
                         changed = True
                         if kind == "milestone":
@@ -353,7 +357,6 @@ class ClusterSim:
 
     def _allocate_preemptive_static(self, now: float) -> None:
         key = self._rank_key
-        assert key is not None
         protected = self._protected(now)
         ranked = sorted(
             [(key(job.view), job.gpus, job) for i, job in self.running.items() if i not in protected]

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ..detectors import Eval
 
@@ -86,9 +87,10 @@ class JobTable:
         "peak_progress", "tenant", "true_final", "true_peak",
     )
 
-    def __init__(self, *, job_id: Array, tenant: Array, kind: Array, kinds: Sequence[str], gpus: Array,
-                 arrival_s: Array, budget_s: Array, hacking: Array, duration_s: Array, peak_progress: Array,
-                 true_peak: Array, true_final: Array, evals: DenseEvals | RecordEvals) -> None:
+    def __init__(self, *, job_id: ArrayLike, tenant: ArrayLike, kind: ArrayLike, kinds: Sequence[str],
+                 gpus: ArrayLike, arrival_s: ArrayLike, budget_s: ArrayLike, hacking: ArrayLike,
+                 duration_s: ArrayLike, peak_progress: ArrayLike, true_peak: ArrayLike, true_final: ArrayLike,
+                 evals: DenseEvals | RecordEvals) -> None:
         self.job_id = np.asarray(job_id, dtype=np.int64)
         self.tenant = np.asarray(tenant, dtype=np.int64)
         self.kind = np.asarray(kind, dtype=np.int64)
