@@ -96,3 +96,13 @@ def test_table_records_round_trip_and_replace() -> None:
     ]
     with pytest.raises(ValueError, match="no columns"):
         workload.table.replace(arrival=1.0)
+
+
+def test_outcome_rows_flushed_in_chunks_give_the_same_outcomes(monkeypatch: pytest.MonkeyPatch) -> None:
+    import evalstop.sim.cluster as cluster
+
+    workload = generate(PRESETS["paper"].with_(n_jobs=120, total_gpus=8, offered_load=1.1), seed=6)
+    whole = simulate(workload, EvalStop(SRTFEst(), KDeclines()))
+    monkeypatch.setattr(cluster, "FLUSH", 7)
+    chunked = simulate(workload, EvalStop(SRTFEst(), KDeclines()))
+    assert chunked.outcomes == whole.outcomes and chunked.event_log_hash == whole.event_log_hash

@@ -32,7 +32,8 @@ def check_jobs(table: JobTable, total: int) -> None:
         raise InvalidParameterError(
             f"Job {table.job_id[i]} has duration_s={duration[i].item()!r}; it must be finite and >= 0."
         )
-    if np.unique(table.job_id).size != len(table):
+    ids = table.job_id
+    if not np.all(ids[1:] > ids[:-1]) and np.unique(ids).size != len(table):  # ascending: unique
         ids, counts = np.unique(table.job_id, return_counts=True)
         raise InvalidParameterError(f"Job ids must be unique; job {ids[counts > 1][0]} appears twice.")
 

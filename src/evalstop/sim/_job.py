@@ -3,6 +3,7 @@ written to when it leaves."""
 
 from __future__ import annotations
 
+import itertools
 from array import array
 from collections.abc import Sequence
 from typing import Any
@@ -62,23 +63,33 @@ class OutcomeColumns:
     objects kept), ``killed_at`` the kills. ``outcome_table`` derives the rest (progress, useful
     and after-peak GPU time) with the same float operations a record would use."""
 
-    __slots__ = ("delivered", "killed", "rows", "table")
+    __slots__ = ("delivered", "killed", "pending", "record", "rows", "table")
 
     def __init__(self, table: JobTable) -> None:
         self.table = table
         self.rows = array("d")
+        self.pending: list[tuple[Any, ...]] = []
+        #: ``record(row)``: one list append a job; the caller calls ``flush`` every FLUSH rows,
+        #: which moves them to ``rows`` in one C-level pass (no tuple or float kept).
+        self.record = self.pending.append
         self.killed: list[int] = []
         self.delivered: list[float] = []
 
+    def flush(self) -> None:
+        self.rows.extend(itertools.chain.from_iterable(self.pending))
+        self.pending.clear()
+
     def n_ended(self) -> int:
+        self.flush()
         return len(self.rows) // 6
 
     def killed_at(self, idx: int, best: int | None) -> None:
         self.killed.append(idx)
         self.delivered.append(self.table.true_final[idx].item() if best is None else
-                              self.table.evals.true_at(idx)[best])
+                              self.table.evals.true_at_index(idx, best))
 
     def outcome_table(self) -> OutcomeTable:
+        self.flush()
         t = self.table
         n = len(t)
         ended = np.frombuffer(self.rows, dtype=float).reshape(-1, 6)
@@ -107,3 +118,6 @@ class OutcomeColumns:
             "true_peak": t.true_peak, "true_delivered": delivered,
         })
         return OutcomeTable(columns)
+
+
+FLUSH = 65536

@@ -35,7 +35,7 @@ from ._inputs import (
     check_jobs,
     own_hook,
 )
-from ._job import Job, OutcomeColumns, oracle_verdict
+from ._job import FLUSH, Job, OutcomeColumns, oracle_verdict
 from ._kill_plan import batch_plan
 from .allocation import fill_free, merge_pass
 from .engine import Engine
@@ -93,10 +93,11 @@ class ClusterSim:
         self.events = EventLog()
         self._log_time, self._log_kind, self._log_id = self.events.appenders()
         self._outcomes = OutcomeColumns(self.table)
-        self._record: Callable[[tuple[Any, ...]], None] = self._outcomes.rows.extend
+        self._record: Callable[[tuple[Any, ...]], None] = self._outcomes.record
         #: Static-rank policies (see ``Scheduler.static_rank``): waiting jobs in width heaps.
         self._static = scheduler.static_rank
         self._queue: WidthHeaps[Job] = WidthHeaps()
+        self._unranked: list[Job] = []  # waiting jobs not yet in ``_queue``
         # The scheduler's hooks, None where it keeps the base class's no-op (not called at all).
         self._on_job_add = own_hook(scheduler, "on_job_add")
         self._on_job_end = own_hook(scheduler, "on_job_end")
@@ -255,7 +256,8 @@ class ClusterSim:
         """Kill (delivering eval ``best_index``) or complete the job at its milestone: its service is the
         target, its restore overhead is what it spent of it by ``now``. (``_close_segment`` and
         ``_release``, inlined: every job ends here once.)"""
-        job.gpu_s_overhead += min(now - job.seg_start, job.overhead_left) * job.gpus
+        elapsed, left = now - job.seg_start, job.overhead_left
+        job.gpu_s_overhead += (left if left < elapsed else elapsed) * job.gpus  # min(elapsed, left)
         job.attained_at_seg = job.view.attained_s = job.target_s
         job.seg_start = now
         job.version += 1
@@ -270,6 +272,8 @@ class ClusterSim:
         job_id = job.job_id
         self._log_time(now), self._log_kind(KILLED if killed else COMPLETED), self._log_id(job_id)
         self._record((job.idx, job.first_start_s, now, job.target_s, job.gpu_s_overhead, job.n_preempt))
+        if len(self._outcomes.pending) >= FLUSH:
+            self._outcomes.flush()
         if killed:
             self._outcomes.killed_at(job.idx, best_index)
 
@@ -304,7 +308,9 @@ class ClusterSim:
         self.waiting[job.job_id] = job
         self.waiting_gpus += job.gpus
         if self._static:
-            self._queue.push(job.gpus, self._rank_key(job.view), job)
+            # Ranked into the width heaps only if an allocation pass needs them (most jobs of an
+            # uncongested cluster start at once): its key cannot change while it waits.
+            self._unranked.append(job)
             return
         wake = self.scheduler.wake_at_s(job.view, now)
         if wake is not None:
@@ -316,10 +322,16 @@ class ClusterSim:
         if not self.waiting:
             return
         if self.used_gpus + self.waiting_gpus <= self.total_gpus:
+            self._unranked.clear()
             self._queue.clear()
             for job in list(self.waiting.values()):
                 self._start(job, now)
             return
+        if self._unranked:
+            push, key = self._queue.push, self._rank_key
+            for job in self._unranked:
+                push(job.gpus, key(job.view), job)
+            self._unranked.clear()
         if self._static and not self.scheduler.preemptive:
             self._allocate_free_static(now)
             return

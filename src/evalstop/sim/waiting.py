@@ -16,13 +16,14 @@ T = TypeVar("T")
 
 
 class WidthHeaps(Generic[T]):
-    __slots__ = ("_heaps", "_widths")
+    __slots__ = ("_heaps", "_size", "_widths")
 
     def __init__(self) -> None:
         #: width -> heap of the rank key's items followed by the job: a flat tuple compares in
         #: one pass (the key is unique, so the comparison never reaches the job).
         self._heaps: dict[int, list[tuple[Any, ...]]] = {}
         self._widths: list[int] = []  # ascending widths with a heap (possibly empty)
+        self._size = 0
 
     def push(self, width: int, key: tuple[Any, ...], item: T) -> None:
         """Add ``item`` of ``width`` GPUs with rank ``key`` (a tuple, unique: items are never
@@ -33,6 +34,7 @@ class WidthHeaps(Generic[T]):
             self._widths.append(width)
             self._widths.sort()
         heapq.heappush(heap, (*key, item))
+        self._size += 1
 
     def best(self, max_width: int | None = None) -> tuple[Any, int] | None:
         """(entry, width) of the best-ranked entry no wider than ``max_width`` (None: any width).
@@ -50,8 +52,14 @@ class WidthHeaps(Generic[T]):
     def pop(self, width: int) -> T:
         """Remove and return the best entry of ``width`` (as found by ``best``)."""
         item: T = heapq.heappop(self._heaps[width])[-1]
+        self._size -= 1
         return item
 
     def clear(self) -> None:
-        for heap in self._heaps.values():
-            heap.clear()
+        if self._size:
+            for heap in self._heaps.values():
+                heap.clear()
+            self._size = 0
+
+    def __len__(self) -> int:
+        return self._size

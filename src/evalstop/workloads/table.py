@@ -55,6 +55,10 @@ class DenseEvals:
     def true_at(self, i: int) -> tuple[float, ...]:
         return tuple(self.true_q[i].tolist())
 
+    def true_at_index(self, i: int, k: int) -> float:
+        value: float = self.true_q[i, k].item()
+        return value
+
 
 class RecordEvals:
     """Evals kept as the records a loader built (any progress points, any count per job)."""
@@ -75,6 +79,9 @@ class RecordEvals:
 
     def true_at(self, i: int) -> tuple[float, ...]:
         return self.truth[i].true_at_evals
+
+    def true_at_index(self, i: int, k: int) -> float:
+        return self.truth[i].true_at_evals[k]
 
 
 class JobTable:
