@@ -4,7 +4,6 @@ written to when it leaves."""
 from __future__ import annotations
 
 import itertools
-from array import array
 from collections.abc import Sequence
 from typing import Any
 
@@ -58,16 +57,16 @@ def oracle_verdict(table: JobTable, idx: int) -> Verdict:
 
 
 class OutcomeColumns:
-    """What the run writes per job as it ends: ``rows`` gets (row, first start, end, attained
-    service, overhead GPU-s, preemptions) as six float64s (one ``extend`` a job: 48 bytes, no
-    objects kept), ``killed_at`` the kills. ``outcome_table`` derives the rest (progress, useful
+    """What the run writes per job as it ends: ``record`` takes (row, first start, end, attained
+    service, overhead GPU-s, preemptions), kept as six float64s (48 bytes a job, no objects once
+    flushed); ``killed_at`` the kills. ``outcome_table`` derives the rest (progress, useful
     and after-peak GPU time) with the same float operations a record would use."""
 
     __slots__ = ("delivered", "killed", "pending", "record", "rows", "table")
 
     def __init__(self, table: JobTable) -> None:
         self.table = table
-        self.rows = array("d")
+        self.rows: list[np.ndarray[Any, Any]] = []  # flushed rows, as flat float64 chunks
         self.pending: list[tuple[Any, ...]] = []
         #: ``record(row)``: one list append a job; the caller calls ``flush`` every FLUSH rows,
         #: which moves them to ``rows`` in one C-level pass (no tuple or float kept).
@@ -76,12 +75,14 @@ class OutcomeColumns:
         self.delivered: list[float] = []
 
     def flush(self) -> None:
-        self.rows.extend(itertools.chain.from_iterable(self.pending))
-        self.pending.clear()
+        if self.pending:
+            flat = itertools.chain.from_iterable(self.pending)
+            self.rows.append(np.fromiter(flat, dtype=float, count=6 * len(self.pending)))
+            self.pending.clear()
 
     def n_ended(self) -> int:
         self.flush()
-        return len(self.rows) // 6
+        return sum(chunk.size for chunk in self.rows) // 6
 
     def killed_at(self, idx: int, best: int | None) -> None:
         self.killed.append(idx)
@@ -92,7 +93,7 @@ class OutcomeColumns:
         self.flush()
         t = self.table
         n = len(t)
-        ended = np.frombuffer(self.rows, dtype=float).reshape(-1, 6)
+        ended = np.concatenate(self.rows or [np.zeros(0)]).reshape(-1, 6)
         idx = ended[:, 0].astype(np.int64)
         columns: dict[str, np.ndarray[Any, Any]] = {}
         names = ("start_s", "end_s", "attained", "gpu_s_overhead", "n_preemptions")

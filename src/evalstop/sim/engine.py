@@ -16,7 +16,8 @@ class Engine:
     __slots__ = ("_seq", "heap", "now")
 
     def __init__(self) -> None:
-        #: (time, priority, seq, event) entries; read-only for callers (peek at ``heap[0]``).
+        #: (time, priority, seq, event) entries. A caller may peek at ``heap[0]`` and, on a hot
+        #: path, ``heapq.heappop`` it itself (then it sets ``now``); it never pushes directly.
         self.heap: list[tuple[float, int, int, Any]] = []
         self._seq = itertools.count()
         self.now = 0.0
