@@ -49,6 +49,29 @@ class WidthHeaps(Generic[T]):
                 found = (heap[0], width)
         return found
 
+    def take(self, free: int, backfill: bool) -> list[T]:
+        """Pop, in rank order, the waiting jobs an allocation pass starts in ``free`` GPUs:
+        repeatedly the best-ranked job no wider than the GPUs left (``backfill``), or the
+        best-ranked job if it fits (strict). ``best`` and ``pop`` in one loop: the hot path of
+        a non-preemptive policy under a long queue."""
+        heaps, widths = self._heaps, self._widths
+        taken: list[T] = []
+        while free > 0:
+            head: tuple[Any, ...] | None = None
+            head_width = 0
+            for width in widths:
+                if backfill and width > free:
+                    break
+                heap = heaps[width]
+                if heap and (head is None or heap[0] < head):
+                    head, head_width = heap[0], width
+            if head is None or head_width > free:
+                break
+            free -= head_width
+            taken.append(heapq.heappop(heaps[head_width])[-1])
+            self._size -= 1
+        return taken
+
     def pop(self, width: int) -> T:
         """Remove and return the best entry of ``width`` (as found by ``best``)."""
         item: T = heapq.heappop(self._heaps[width])[-1]
