@@ -273,6 +273,11 @@ def format_sections(out: dict[str, Any]) -> str:
             f"{r['simulate_s']:.2f} s  total {r['generate_s'] + r['simulate_s']:.2f} s wall  "
             f"peak RSS {r['peak_rss_mib']:.0f} MiB"
         )
+        cpu = r["generate_cpu_s"] + r["simulate_cpu_s"]
+        lines.append(
+            f"  CPU: generate {r['generate_cpu_s']:.2f} s  simulate {r['simulate_cpu_s']:.2f} s  "
+            f"total {cpu:.2f} s (wall on a shared machine is longer; CPU is the one-core figure)"
+        )
     return "\n".join(lines)
 
 

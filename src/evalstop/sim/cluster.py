@@ -6,9 +6,11 @@ preemption it first pays ``preempt_overhead_s`` of GPU time to restore. Progress
 job's attained service reaches them.
 
 Cost: each job costs a constant number of events, each O(log active jobs) on the heap, plus one
-``Scheduler.order`` call over the active jobs whenever demand exceeds the cluster. Arrivals enter
-the heap one at a time, in (arrival time, job order), and a job's state exists only from its
-arrival to its end, so memory grows with the jobs in the system, not with the workload.
+``Scheduler.order`` call over the active jobs whenever demand exceeds the cluster (static-rank
+policies: width heaps instead, see ``waiting.py``). The workload is read as columns
+(``JobTable``); arrivals come from it in arrival order, merged with the heap, and a job's state
+exists only from its arrival to its end, when its outcome is written as six floats. Memory grows
+with the jobs in the system plus a few numbers per job, not with per-job objects.
 """
 
 from __future__ import annotations
