@@ -106,3 +106,16 @@ def test_outcome_rows_flushed_in_chunks_give_the_same_outcomes(monkeypatch: pyte
     monkeypatch.setattr(cluster, "FLUSH", 7)
     chunked = simulate(workload, EvalStop(SRTFEst(), KDeclines()))
     assert chunked.outcomes == whole.outcomes and chunked.event_log_hash == whole.event_log_hash
+
+
+def test_duplicate_job_ids_are_rejected_before_the_run() -> None:
+    from evalstop._validation import InvalidParameterError
+
+    workload = generate(PRESETS["paper"].with_(n_jobs=5, total_gpus=16), seed=0)
+    ids = workload.table.job_id.copy()
+    ids[3] = ids[1]
+    twice = Workload(workload.config, 0, table=workload.table.replace(job_id=ids))
+    with pytest.raises(InvalidParameterError, match="job 1 appears twice"):
+        simulate(twice, FIFO())
+    with pytest.raises(TypeError, match="jobs and truth records, or a table"):
+        Workload(workload.config, 0)
