@@ -119,3 +119,15 @@ def test_duplicate_job_ids_are_rejected_before_the_run() -> None:
         simulate(twice, FIFO())
     with pytest.raises(TypeError, match="jobs and truth records, or a table"):
         Workload(workload.config, 0)
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("nan"), float("inf")])
+def test_a_bad_arrival_time_is_rejected_before_the_run(bad: float) -> None:
+    from evalstop._validation import InvalidParameterError
+
+    workload = generate(PRESETS["paper"].with_(n_jobs=5, total_gpus=16), seed=0)
+    arrival = workload.table.arrival_s.copy()
+    arrival[2] = bad
+    late = Workload(workload.config, 0, table=workload.table.replace(arrival_s=arrival))
+    with pytest.raises(InvalidParameterError, match=r"Job 2 has arrival_s=.*finite and >= 0"):
+        simulate(late, FIFO())

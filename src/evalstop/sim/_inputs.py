@@ -32,6 +32,13 @@ def check_jobs(table: JobTable, total: int) -> None:
         raise InvalidParameterError(
             f"Job {table.job_id[i]} has duration_s={duration[i].item()!r}; it must be finite and >= 0."
         )
+    arrival = table.arrival_s
+    bad = np.flatnonzero(~((arrival >= 0.0) & np.isfinite(arrival)))
+    if bad.size:
+        i = int(bad[0])
+        raise InvalidParameterError(
+            f"Job {table.job_id[i]} has arrival_s={arrival[i].item()!r}; it must be finite and >= 0."
+        )
     ids = table.job_id
     if not np.all(ids[1:] > ids[:-1]) and np.unique(ids).size != len(table):  # ascending: unique
         ids, counts = np.unique(table.job_id, return_counts=True)
