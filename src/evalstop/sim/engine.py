@@ -27,13 +27,6 @@ class Engine:
             raise ValueError(f"cannot schedule {event!r} at t={time!r}: now is {self.now!r}")
         heapq.heappush(self.heap, (time, priority, next(self._seq), event))
 
-    def advance(self, time: float) -> None:
-        """Move the clock to ``time`` (not before any pending event) for an event the caller
-        holds outside the heap."""
-        if not time >= self.now or (self.heap and self.heap[0][0] < time):
-            raise ValueError(f"cannot advance to t={time!r}: now is {self.now!r}")
-        self.now = time
-
     def pop(self) -> Any | None:
         """Advance the clock to the next event and return it (None when empty)."""
         if not self.heap:
