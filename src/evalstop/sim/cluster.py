@@ -40,7 +40,7 @@ from ._inputs import (
 )
 from ._job import FLUSH, Job, OutcomeColumns, oracle_verdict
 from ._kill_plan import batch_plan
-from .allocation import fill_free, merge_pass
+from .allocation import merge_pass
 from .engine import Engine
 from .outcome import SimResult
 from .waiting import WidthHeaps
@@ -367,7 +367,7 @@ class ClusterSim:
 
     def _allocate_free_static(self, now: float) -> None:
         free = self.total_gpus - self.used_gpus
-        for job in fill_free(self._queue, free, self.scheduler.backfill):
+        for job in self._queue.take(free, self.scheduler.backfill):
             self._start(job, now)
 
     def _allocate_preemptive_static(self, now: float) -> None:
