@@ -4,34 +4,81 @@ arrival order, and the event log."""
 from __future__ import annotations
 
 import hashlib
-import math
 import sys
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
 
 from .._validation import InvalidParameterError
-from ..workloads import JobSpec, JobTruth, Workload
+from ..schedulers import EvalStop, Scheduler
+from ..workloads.table import JobTable
 
 
-def check_jobs(workload: Workload) -> None:
+def check_jobs(table: JobTable, total: int) -> None:
     """Reject, before the run, a job no allocation could ever start or time."""
-    total = workload.config.total_gpus
-    for spec, truth in zip(workload.jobs, workload.truth, strict=True):
-        if not 1 <= spec.gpus <= total:
-            raise InvalidParameterError(
-                f"Job {spec.job_id} asks for {spec.gpus} GPUs; the cluster has {total} "
-                f"(a job needs 1 to {total})."
-            )
-        if not (truth.duration_s >= 0.0 and math.isfinite(truth.duration_s)):
-            raise InvalidParameterError(
-                f"Job {spec.job_id} has duration_s={truth.duration_s!r}; it must be finite and >= 0."
-            )
+    gpus, duration = table.gpus, table.duration_s
+    bad = np.flatnonzero((gpus < 1) | (gpus > total))
+    if bad.size:
+        i = int(bad[0])
+        raise InvalidParameterError(
+            f"Job {table.job_id[i]} asks for {gpus[i]} GPUs; the cluster has {total} "
+            f"(a job needs 1 to {total})."
+        )
+    bad = np.flatnonzero(~((duration >= 0.0) & np.isfinite(duration)))
+    if bad.size:
+        i = int(bad[0])
+        raise InvalidParameterError(
+            f"Job {table.job_id[i]} has duration_s={duration[i].item()!r}; it must be finite and >= 0."
+        )
+    arrival = table.arrival_s
+    bad = np.flatnonzero(~((arrival >= 0.0) & np.isfinite(arrival)))
+    if bad.size:
+        i = int(bad[0])
+        raise InvalidParameterError(
+            f"Job {table.job_id[i]} has arrival_s={arrival[i].item()!r}; it must be finite and >= 0."
+        )
+    ids = table.job_id
+    if not np.all(ids[1:] > ids[:-1]) and np.unique(ids).size != len(table):  # ascending: unique
+        ids, counts = np.unique(table.job_id, return_counts=True)
+        raise InvalidParameterError(f"Job ids must be unique; job {ids[counts > 1][0]} appears twice.")
 
 
-def in_arrival_order(workload: Workload) -> Iterator[tuple[JobSpec, JobTruth]]:
-    """The workload's (spec, truth) pairs by arrival time; ties keep the workload's order."""
-    pairs = list(zip(workload.jobs, workload.truth, strict=True))
-    return iter(sorted(pairs, key=lambda pair: pair[0].arrival_s))
+#: Rows converted to Python values per chunk of the arrival order (bounds the transient lists).
+_CHUNK = 65536
+
+
+def arrival_rows(table: JobTable) -> Iterator[tuple[Any, ...]]:
+    """(row, job id, tenant, kind, GPUs, arrival_s, budget_s, duration_s) of every job by
+    arrival time; ties keep the workload's order."""
+    order = np.argsort(table.arrival_s, kind="stable")
+    kinds = table.kinds
+    for first in range(0, order.size, _CHUNK):
+        rows = order[first:first + _CHUNK]
+        yield from zip(
+            rows.tolist(), table.job_id[rows].tolist(), table.tenant[rows].tolist(),
+            [kinds[k] for k in table.kind[rows].tolist()], table.gpus[rows].tolist(),
+            table.arrival_s[rows].tolist(), table.budget_s[rows].tolist(), table.duration_s[rows].tolist(),
+            strict=True,
+        )
+
+
+_FORWARDED = ("on_job_add", "on_job_end", "on_start", "on_stop", "next_change_s", "wake_at_s", "rank_key")
+
+
+def own_hook(scheduler: Scheduler, name: str) -> Callable[..., Any] | None:
+    """``scheduler``'s bound hook ``name``, or None where the policy keeps ``Scheduler``'s no-op
+    (the simulator then skips the call). EvalStop's pure forwarders are looked through to the
+    base policy's hook: the same call, one frame shorter."""
+    while isinstance(scheduler, EvalStop) and name in _FORWARDED and (
+        getattr(type(scheduler), name) is getattr(EvalStop, name)
+    ):
+        scheduler = scheduler.base
+    if name != "rank_key" and getattr(type(scheduler), name) is getattr(Scheduler, name):
+        return None
+    hook: Callable[..., Any] = getattr(scheduler, name)
+    return hook
 
 
 ARRIVED, STARTED, PREEMPTED, KILLED, COMPLETED = range(5)
@@ -56,6 +103,10 @@ class EventLog:
         self.times.append(time)
         self.kinds.append(kind)
         self.ids.append(job_id)
+
+    def appenders(self) -> tuple[Callable[[float], None], Callable[[int], None], Callable[[int], None]]:
+        """The three columns' ``append`` methods: ``add`` for a caller's hot loop."""
+        return self.times.append, self.kinds.append, self.ids.append
 
     def __len__(self) -> int:
         return len(self.kinds)

@@ -17,14 +17,7 @@ T = TypeVar("T")
 
 def fill_free(queue: WidthHeaps[T], free: int, backfill: bool) -> list[T]:
     """Waiting jobs to start in ``free`` GPUs, in rank order (popped from ``queue``)."""
-    started: list[T] = []
-    while free > 0:
-        found = queue.best(free if backfill else None)
-        if found is None or found[1] > free:
-            break
-        free -= found[1]
-        started.append(queue.pop(found[1]))
-    return started
+    return queue.take(free, backfill)
 
 
 def merge_pass(

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, overload
+
+import numpy as np
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,5 +48,70 @@ class SimResult:
     seed: int
     total_gpus: int
     makespan_s: float  # first arrival to last departure
-    outcomes: tuple[JobOutcome, ...]
+    outcomes: Sequence[JobOutcome]  # an OutcomeTable from the simulator
     event_log_hash: str
+
+    @property
+    def columns(self) -> dict[str, np.ndarray[Any, Any]]:
+        """The outcomes as numpy columns named as :class:`JobOutcome`'s fields (no records built
+        for a simulator result)."""
+        if isinstance(self.outcomes, OutcomeTable):
+            return self.outcomes.columns
+        rows = [[getattr(o, name) for o in self.outcomes] for name in _FIELDS]
+        return {name: np.array(col, dtype=float if name == "stop_progress" else None)
+                for name, col in zip(_FIELDS, rows, strict=True)}
+
+
+class OutcomeTable(Sequence[JobOutcome]):
+    """Every job's outcome as columns (numpy arrays named as :class:`JobOutcome`'s fields, one
+    entry per job in workload order; ``stop_progress`` is NaN where the job was not killed).
+    It is a sequence of :class:`JobOutcome`: the records are built the first time one is read,
+    so a run over a million jobs need not hold a million records."""
+
+    __slots__ = ("_records", "columns")
+
+    def __init__(self, columns: dict[str, np.ndarray[Any, Any]]) -> None:
+        missing = [name for name in _FIELDS if name not in columns]
+        if missing:
+            raise ValueError(f"OutcomeTable is missing the columns {missing}")
+        self.columns = columns
+        self._records: tuple[JobOutcome, ...] | None = None
+
+    @property
+    def records(self) -> tuple[JobOutcome, ...]:
+        if self._records is None:
+            lists = [self.columns[name].tolist() for name in _FIELDS]
+            stop = _FIELDS.index("stop_progress")
+            lists[stop] = [None if math.isnan(v) else v for v in lists[stop]]
+            self._records = tuple(map(JobOutcome, *lists))
+        return self._records
+
+    def __len__(self) -> int:
+        return int(self.columns["job_id"].size)
+
+    @overload
+    def __getitem__(self, index: int) -> JobOutcome: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[JobOutcome, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> JobOutcome | tuple[JobOutcome, ...]:
+        return self.records[index]
+
+    def __iter__(self) -> Iterator[JobOutcome]:
+        return iter(self.records)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, OutcomeTable):
+            return self.records == other.records
+        if isinstance(other, Sequence):
+            return self.records == tuple(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"OutcomeTable({len(self)} jobs)"
+
+
+_FIELDS = tuple(f.name for f in fields(JobOutcome))

@@ -317,7 +317,7 @@ def bank_workload(
         truth.append(
             JobTruth(t.hacking, old.duration_s, t.peak_progress, t.true_gold, t.true_peak, t.true_final)
         )
-    return dataclasses.replace(workload, jobs=tuple(jobs), truth=tuple(truth))
+    return Workload(workload.config, workload.seed, tuple(jobs), tuple(truth))
 
 
 # ---- CLI ------------------------------------------------------------------------------------------

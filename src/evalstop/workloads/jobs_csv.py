@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import csv
 import math
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -133,7 +132,4 @@ def load_jobs_csv(path: str | Path, config: WorkloadConfig, seed: int) -> Worklo
         kinds, hacking, np.asarray(rows.tenants)[order], np.asarray(rows.gpus)[order], duration_s,
         budget_s, np.asarray(rows.submit)[order],
     )
-    workload = build_workload(config, seed, columns, s_curve, s_noise)
-    ids = np.asarray(rows.ids)[order].tolist()
-    jobs = tuple(replace(spec, job_id=job_id) for spec, job_id in zip(workload.jobs, ids, strict=True))
-    return Workload(config, seed, jobs, workload.truth)
+    return build_workload(config, seed, columns, s_curve, s_noise, job_ids=np.asarray(rows.ids)[order])

@@ -8,8 +8,6 @@ the metrics read.
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -19,6 +17,7 @@ from .._gc import cyclic_gc_paused
 from .._validation import InvalidParameterError, check_choice, check_float, check_int
 from ..detectors import Eval
 from . import curves
+from .table import DenseEvals, JobTable
 
 KINDS = ("rlhf", "lora", "dpo")
 
@@ -176,12 +175,65 @@ class JobTruth:
     true_final: float
 
 
-@dataclass(frozen=True)
 class Workload:
-    config: WorkloadConfig
-    seed: int
-    jobs: tuple[JobSpec, ...]
-    truth: tuple[JobTruth, ...]
+    """A drawn workload: ``config``, ``seed``, and its jobs, as records (``jobs`` and ``truth``,
+    one :class:`JobSpec` and :class:`JobTruth` per job) or as columns (``table``, a
+    :class:`JobTable`). Give either; the other is built from it the first time it is read, so a
+    large generated workload never holds one object per eval unless asked to."""
+
+    __slots__ = ("_jobs", "_table", "_truth", "config", "seed")
+
+    def __init__(
+        self,
+        config: WorkloadConfig,
+        seed: int,
+        jobs: tuple[JobSpec, ...] | None = None,
+        truth: tuple[JobTruth, ...] | None = None,
+        *,
+        table: JobTable | None = None,
+    ) -> None:
+        if table is None and (jobs is None or truth is None):
+            raise TypeError("Workload needs jobs and truth records, or a table.")
+        self.config, self.seed = config, seed
+        self._jobs, self._truth, self._table = jobs, truth, table
+
+    @property
+    def jobs(self) -> tuple[JobSpec, ...]:
+        if self._jobs is None:
+            self._materialize()
+        assert self._jobs is not None
+        return self._jobs
+
+    @property
+    def truth(self) -> tuple[JobTruth, ...]:
+        if self._truth is None:
+            self._materialize()
+        assert self._truth is not None
+        return self._truth
+
+    @property
+    def table(self) -> JobTable:
+        if self._table is None:
+            self._table = JobTable.from_records(self.jobs, self.truth)
+        return self._table
+
+    def __len__(self) -> int:
+        return len(self._jobs) if self._jobs is not None else len(self.table)
+
+    def _materialize(self) -> None:
+        with cyclic_gc_paused():
+            self._jobs, self._truth = self.table.records()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Workload):
+            return NotImplemented
+        mine = (self.config, self.seed, self.jobs, self.truth)
+        return mine == (other.config, other.seed, other.jobs, other.truth)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Workload(n_jobs={len(self)}, seed={self.seed}, config={self.config!r})"
 
 
 def generate(config: WorkloadConfig, seed: int) -> Workload:
@@ -255,64 +307,46 @@ def build_workload(
     columns: JobColumns,
     s_curve: np.random.Generator,
     s_noise: np.random.Generator,
+    job_ids: np.ndarray | None = None,
 ) -> Workload:
-    """Jobs from drawn columns: curves, evals and hidden truth (also for trace-driven workloads).
+    """Jobs from drawn columns: curves, evals and hidden truth (also for trace-driven workloads),
+    as a columnar :class:`Workload` (job ids 0..n-1 unless ``job_ids`` is given).
 
-    Jobs are built in batches; the draws from ``s_curve`` and ``s_noise`` are those of a
+    Curves are drawn in batches; the draws from ``s_curve`` and ``s_noise`` are those of a
     job-by-job loop, in job order."""
     p = np.arange(1, config.evals_per_job + 1) / config.evals_per_job
-    jobs: list[JobSpec] = []
-    truth: list[JobTruth] = []
-    with cyclic_gc_paused():
-        for first in range(0, columns.kinds.size, _BATCH):
-            batch = columns.rows(first, first + _BATCH)
-            drawn = _draw_curves(config, s_curve, batch.kinds, batch.hacking, p)
-            scores = drawn.true_q + s_noise.normal(0.0, config.eval_noise, drawn.true_q.shape)
-            jobs += _job_specs(batch, first, _eval_rows(p, scores, drawn.loss))
-            truth += _job_truths(batch, drawn)
-    return Workload(config, seed, tuple(jobs), tuple(truth))
-
-
-def _job_specs(batch: JobColumns, first_id: int, evals: list[tuple[Eval, ...]]) -> list[JobSpec]:
-    ids = range(first_id, first_id + len(evals))
-    return list(
-        map(
-            JobSpec,
-            ids,
-            batch.tenants.tolist(),
-            batch.kinds.tolist(),
-            batch.gpus.tolist(),
-            batch.arrival_s.tolist(),
-            batch.budget_s.tolist(),
-            evals,
-        )
+    n = columns.kinds.size
+    score, loss, true_q = (np.empty((n, p.size)) for _ in range(3))
+    peak_p, peak_value = np.empty(n), np.empty(n)
+    for first in range(0, n, _BATCH):
+        batch = columns.rows(first, first + _BATCH)
+        rows = slice(first, first + batch.kinds.size)
+        drawn = _draw_curves(config, s_curve, batch.kinds, batch.hacking, p)
+        score[rows] = drawn.true_q + s_noise.normal(0.0, config.eval_noise, drawn.true_q.shape)
+        loss[rows], true_q[rows] = drawn.loss, drawn.true_q
+        peak_p[rows], peak_value[rows] = drawn.peak_p, drawn.peak_value
+    vocab, kind_codes = _kind_codes(columns.kinds)
+    table = JobTable(
+        job_id=np.arange(n) if job_ids is None else job_ids, tenant=columns.tenants, kind=kind_codes,
+        kinds=vocab, gpus=columns.gpus, arrival_s=columns.arrival_s, budget_s=columns.budget_s,
+        hacking=columns.hacking, duration_s=columns.duration_s, peak_progress=peak_p,
+        true_peak=peak_value, true_final=true_q[:, -1].copy(),
+        evals=DenseEvals(p, score, loss, true_q),
     )
+    return Workload(config, seed, table=table)
 
 
-def _job_truths(batch: JobColumns, drawn: _Curves) -> list[JobTruth]:
-    true_at_evals = map(tuple, drawn.true_q.tolist())
-    return list(
-        map(
-            JobTruth,
-            batch.hacking.tolist(),
-            batch.duration_s.tolist(),
-            drawn.peak_p.tolist(),
-            true_at_evals,
-            drawn.peak_value.tolist(),
-            drawn.true_q[:, -1].tolist(),
-        )
-    )
-
-
-def _eval_rows(p: np.ndarray, scores: np.ndarray, loss: np.ndarray) -> list[tuple[Eval, ...]]:
-    """One tuple of :class:`Eval` per row of ``scores`` (a job), at progress ``p``, with ``loss``.
-
-    Creating the Evals is most of the cost of a large workload, so it is one ``map`` over flat
-    lists; the jobs share the float objects of ``p`` (equal values, less memory)."""
-    n_jobs, n_evals = scores.shape
-    steps = itertools.chain.from_iterable(itertools.repeat(range(1, n_evals + 1), n_jobs))
-    flat = map(Eval, steps, scores.ravel().tolist(), itertools.cycle(p.tolist()), loss.ravel().tolist())
-    return list(zip(*[flat] * n_evals, strict=True))  # consecutive groups of n_evals
+def _kind_codes(kinds: np.ndarray) -> tuple[tuple[str, ...], np.ndarray]:
+    """(vocabulary, code per job): the known ``KINDS`` first, then any other kind a loader gave."""
+    vocab = list(KINDS)
+    codes = np.full(kinds.size, -1, dtype=np.int64)
+    for i, kind in enumerate(KINDS):
+        codes[kinds == kind] = i
+    if np.any(codes < 0):
+        for kind in np.unique(kinds[codes < 0]).tolist():
+            codes[kinds == kind] = len(vocab)
+            vocab.append(kind)
+    return tuple(vocab), codes
 
 
 # -- curves ----------------------------------------------------------------------------------
@@ -369,17 +403,20 @@ def _shapes(
     dpo = ~(healthy | hack | lora)
     # gao_rl depends on p only through p / peak: one call covers every hacking job.
     shape[hack] = curves.gao_rl(p / peak[hack, None], 1.0, config.gao_gamma)
-    shape[healthy] = _per_job(curves.saturating, p, _lerp(config.healthy_rate, u[healthy, 4]))
-    shape[lora] = _per_job(curves.saturating, p, _lerp(config.lora_rate, u[lora, 4]))
+    shape[healthy] = _saturating_rows(p, _lerp(config.healthy_rate, u[healthy, 4]))
+    shape[lora] = _saturating_rows(p, _lerp(config.lora_rate, u[lora, 4]))
     rate, plateau = _lerp(config.dpo_rate, u[dpo, 4]), _lerp(config.dpo_plateau_from, u[dpo, 5])
-    shape[dpo] = _per_job(curves.saturating_plateau, p, rate, plateau)
+    shape[dpo] = _saturating_rows(np.minimum(p / plateau[:, None], 1.0), rate)
     return shape
 
 
-def _per_job(curve: Callable[..., np.ndarray], p: np.ndarray, *params: np.ndarray) -> np.ndarray:
-    """``curve(p, *params[:][j])`` for every job j, one row each (the curve takes scalars)."""
-    rows = [curve(p, *job_params) for job_params in zip(*(c.tolist() for c in params), strict=True)]
-    return np.array(rows).reshape(-1, p.size)
+def _saturating_rows(p: np.ndarray, rate: np.ndarray) -> np.ndarray:
+    """``curves.saturating(p_j, rate[j])`` for every job j at once (``p`` is one progress row
+    shared by every job, or one row per job): the same float operations, element by element."""
+    r = rate[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rising = -np.expm1(-r * p) / -np.expm1(-r)
+    return np.where(r < 1e-9, np.broadcast_to(p, rising.shape), rising)
 
 
 def _lerp(bounds: tuple[float, float], u: np.ndarray) -> np.ndarray:

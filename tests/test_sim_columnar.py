@@ -1,0 +1,133 @@
+"""Columnar workloads and outcomes, and the batch kill plan, against the record-based paths."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from evalstop.detectors import Eval, KDeclines, Monitor
+from evalstop.schedulers import FIFO, EvalStop, SRTFEst
+from evalstop.sim._kill_plan import batch_plan, kdeclines_plan
+from evalstop.sim.cluster import SimConfig, simulate
+from evalstop.sim.outcome import OutcomeTable
+from evalstop.workloads import PRESETS, Workload, generate
+from evalstop.workloads.table import DenseEvals, JobTable
+
+
+def _monitor_plan(rule: KDeclines, scores: np.ndarray) -> tuple[list[int], list[int]]:
+    stops, bests = [], []
+    for row in scores.tolist():
+        monitor = Monitor(rule)
+        fired = monitor.fold([Eval(step, score) for step, score in enumerate(row, start=1)])
+        verdict = monitor.verdict
+        stops.append(verdict.stop_index if fired else -1)
+        bests.append(verdict.best_index if fired and verdict.best_index is not None else -1)
+    return stops, bests
+
+
+RULES = [
+    KDeclines(k=k, against=against, mode=mode, min_delta=delta, n_warmup_evals=warm)
+    for k, against, mode, delta, warm in itertools.product(
+        (1, 2, 3), ("previous", "best"), ("max", "min"), (0.0, 0.01), (0, 2)
+    )
+]
+
+
+@pytest.mark.parametrize("rule", RULES, ids=repr)
+def test_batch_kdeclines_plan_is_the_monitor_fold(rule: KDeclines) -> None:
+    rng = np.random.default_rng(3)
+    scores = np.round(rng.normal(0.0, 0.05, (400, 8)).cumsum(axis=1), 2)  # ties happen
+    holes = rng.random(scores.shape)
+    scores[holes < 0.05] = np.nan
+    scores[(holes >= 0.05) & (holes < 0.07)] = np.inf
+    scores[(holes >= 0.07) & (holes < 0.08)] = -np.inf
+    stop, best = kdeclines_plan(rule, scores)
+    want_stop, want_best = _monitor_plan(rule, scores)
+    assert stop.tolist() == want_stop
+    assert [b if s >= 0 else -1 for s, b in zip(stop.tolist(), best.tolist(), strict=True)] == want_best
+    assert any(s >= 0 for s in want_stop) and any(s < 0 for s in want_stop)
+
+
+def test_batch_plan_only_for_plain_evalstop_over_kdeclines_on_dense_evals() -> None:
+    workload = generate(PRESETS["paper"].with_(n_jobs=50, total_gpus=16), seed=2)
+    table = workload.table
+    plan = batch_plan(EvalStop(SRTFEst(), KDeclines()), table)
+    assert plan is not None
+    rlhf = [table.kinds[k] == "rlhf" for k in table.kind.tolist()]
+    assert all(s == -1 for s, watched in zip(plan[0], rlhf, strict=True) if not watched)
+    assert batch_plan(SRTFEst(), table) is None
+    records = Workload(workload.config, workload.seed, workload.jobs, workload.truth)
+    assert batch_plan(EvalStop(SRTFEst(), KDeclines()), records.table) is None
+
+
+@pytest.mark.parametrize("path", ["fast", "events"])
+def test_a_columnar_workload_and_its_records_simulate_identically(path: str) -> None:
+    workload = generate(PRESETS["paper"].with_(n_jobs=300, total_gpus=16, offered_load=1.2), seed=5)
+    records = Workload(workload.config, workload.seed, workload.jobs, workload.truth)
+    assert isinstance(workload.table.evals, DenseEvals)
+    assert records == workload
+    for scheduler in (lambda: EvalStop(SRTFEst(), KDeclines(against="best")), lambda: FIFO(backfill=True)):
+        a = simulate(workload, scheduler(), SimConfig(eval_path=path))
+        b = simulate(records, scheduler(), SimConfig(eval_path=path))
+        assert a.event_log_hash == b.event_log_hash
+        assert a.outcomes == b.outcomes
+        assert isinstance(a.outcomes, OutcomeTable)
+
+
+def test_outcome_columns_match_the_records() -> None:
+    workload = generate(PRESETS["paper"].with_(n_jobs=200, total_gpus=8, offered_load=1.3), seed=1)
+    result = simulate(workload, EvalStop(SRTFEst(), KDeclines()), SimConfig(min_run_s=60.0))
+    columns = result.columns
+    for name in ("start_s", "end_s", "gpu_s_useful", "gpu_s_overhead", "true_delivered", "n_preemptions"):
+        assert columns[name].tolist() == [getattr(o, name) for o in result.outcomes]
+    assert columns["killed"].sum() == sum(o.killed for o in result.outcomes) > 0
+    assert sum(o.n_preemptions for o in result.outcomes) > 0
+
+
+def test_table_records_round_trip_and_replace() -> None:
+    workload = generate(PRESETS["realistic"].with_(n_jobs=40, total_gpus=8), seed=4)
+    again = JobTable.from_records(workload.jobs, workload.truth)
+    assert again.records() == (workload.jobs, workload.truth)
+    later = workload.table.replace(arrival_s=workload.table.arrival_s + 10.0)
+    assert [s.arrival_s for s in Workload(workload.config, 4, table=later).jobs] == [
+        s.arrival_s + 10.0 for s in workload.jobs
+    ]
+    with pytest.raises(ValueError, match="no columns"):
+        workload.table.replace(arrival=1.0)
+
+
+def test_outcome_rows_flushed_in_chunks_give_the_same_outcomes(monkeypatch: pytest.MonkeyPatch) -> None:
+    import evalstop.sim.cluster as cluster
+
+    workload = generate(PRESETS["paper"].with_(n_jobs=120, total_gpus=8, offered_load=1.1), seed=6)
+    whole = simulate(workload, EvalStop(SRTFEst(), KDeclines()))
+    monkeypatch.setattr(cluster, "FLUSH", 7)
+    chunked = simulate(workload, EvalStop(SRTFEst(), KDeclines()))
+    assert chunked.outcomes == whole.outcomes and chunked.event_log_hash == whole.event_log_hash
+
+
+def test_duplicate_job_ids_are_rejected_before_the_run() -> None:
+    from evalstop._validation import InvalidParameterError
+
+    workload = generate(PRESETS["paper"].with_(n_jobs=5, total_gpus=16), seed=0)
+    ids = workload.table.job_id.copy()
+    ids[3] = ids[1]
+    twice = Workload(workload.config, 0, table=workload.table.replace(job_id=ids))
+    with pytest.raises(InvalidParameterError, match="job 1 appears twice"):
+        simulate(twice, FIFO())
+    with pytest.raises(TypeError, match="jobs and truth records, or a table"):
+        Workload(workload.config, 0)
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("nan"), float("inf")])
+def test_a_bad_arrival_time_is_rejected_before_the_run(bad: float) -> None:
+    from evalstop._validation import InvalidParameterError
+
+    workload = generate(PRESETS["paper"].with_(n_jobs=5, total_gpus=16), seed=0)
+    arrival = workload.table.arrival_s.copy()
+    arrival[2] = bad
+    late = Workload(workload.config, 0, table=workload.table.replace(arrival_s=arrival))
+    with pytest.raises(InvalidParameterError, match=r"Job 2 has arrival_s=.*finite and >= 0"):
+        simulate(late, FIFO())
