@@ -233,3 +233,29 @@ def test_contract_catches_update_that_mutates_its_input() -> None:
 
     with pytest.raises(ContractError, match="update changed the state"):
         check_incremental(InPlace(), HISTORY)
+
+
+@pytest.mark.parametrize("spec", SPECS)
+@settings(max_examples=30, deadline=None)
+@given(rows=st.lists(histories(max_size=12), min_size=1, max_size=6))
+def test_a_batch_fold_where_a_rule_has_one_is_evaluate_on_every_row(
+    spec: str, rows: list[list[Eval]]
+) -> None:
+    import numpy as np
+
+    detector = parse_spec(spec)
+    width = max(len(r) for r in rows)
+    scores = np.full((len(rows), width), np.nan)
+    for i, row in enumerate(rows):
+        scores[i, :len(row)] = [e.score for e in row]
+    planned = detector.fold_rows(scores)
+    if planned is None:
+        return  # no batch form: the simulator folds a Monitor per job
+    for i, row in enumerate(rows):
+        # a row shorter than the matrix ends in NaN, which never fires and never becomes the best
+        padded = [*row, *(Eval(len(row) + j + 1, float("nan")) for j in range(width - len(row)))]
+        verdict = detector.evaluate([Eval(j + 1, e.score) for j, e in enumerate(padded)])
+        stop = -1 if verdict.stop_index is None else verdict.stop_index
+        assert int(planned[0][i]) == stop
+        if stop >= 0:
+            assert int(planned[1][i]) == verdict.best_index

@@ -9,7 +9,7 @@ import pytest
 
 from evalstop.detectors import Eval, KDeclines, Monitor
 from evalstop.schedulers import FIFO, EvalStop, SRTFEst
-from evalstop.sim._kill_plan import batch_plan, kdeclines_plan
+from evalstop.sim._kill_plan import batch_plan
 from evalstop.sim.cluster import SimConfig, simulate
 from evalstop.sim.outcome import OutcomeTable
 from evalstop.workloads import PRESETS, Workload, generate
@@ -43,7 +43,9 @@ def test_batch_kdeclines_plan_is_the_monitor_fold(rule: KDeclines) -> None:
     scores[holes < 0.05] = np.nan
     scores[(holes >= 0.05) & (holes < 0.07)] = np.inf
     scores[(holes >= 0.07) & (holes < 0.08)] = -np.inf
-    stop, best = kdeclines_plan(rule, scores)
+    planned = rule.fold_rows(scores)
+    assert planned is not None
+    stop, best = planned
     want_stop, want_best = _monitor_plan(rule, scores)
     assert stop.tolist() == want_stop
     assert [b if s >= 0 else -1 for s, b in zip(stop.tolist(), best.tolist(), strict=True)] == want_best

@@ -163,6 +163,13 @@ class Detector(ABC):
         """Why a state that has not fired says CONTINUE."""
         return "has not fired"
 
+    def fold_rows(self, scores: Any) -> tuple[Any, Any] | None:
+        """Optional: ``evaluate`` over every row of a (jobs x evals) float score matrix at once,
+        as two int arrays (index of the eval where the rule fires or -1, index of the best valid
+        eval up to there or -1). None: this rule has no batch form (the simulator then folds a
+        ``Monitor`` per job). A rule that has one must agree with ``evaluate`` exactly."""
+        return None
+
 
 def offer(state: State, sign: float, index: int, ev: Eval) -> bool:
     """Record the valid eval ``ev`` as the best if it is strictly better (``sign`` is 1 for

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import isfinite
+from typing import Any
+
+import numpy as np
 
 from .._validation import check_choice, check_float, check_int
 from ._base import Detector, Eval, State
@@ -66,3 +69,46 @@ class KDeclines(Detector):
 
     def running_reason(self, state: State) -> str:
         return f"{state['run']} consecutive declines < k={self.k}"
+
+    def fold_rows(self, scores: Any) -> tuple[Any, Any] | None:
+        """``step`` folded over each row of ``scores`` at once, one eval column at a time, with
+        the same float comparisons in the same order (``tests/test_sim_columnar.py`` holds it
+        equal to ``Monitor.fold`` with NaN/inf, both modes and references, warm-up, min_delta).
+        None for a subclass that changes ``step``."""
+        if type(self).step is not KDeclines.step:
+            return None
+        n, n_evals = scores.shape
+        sign_max = self.mode == "max"
+        best = np.zeros(n)
+        previous = np.zeros(n)
+        has_best = np.zeros(n, dtype=bool)
+        has_previous = np.zeros(n, dtype=bool)
+        best_index = np.full(n, -1, dtype=np.int64)
+        stop = np.full(n, -1, dtype=np.int64)
+        n_valid = np.zeros(n, dtype=np.int64)
+        run = np.zeros(n, dtype=np.int64)
+        active = np.ones(n, dtype=bool)
+        against_best = self.against == "best"
+        with np.errstate(invalid="ignore", over="ignore"):
+            for j in range(n_evals):
+                score = scores[:, j]
+                valid = active & np.isfinite(score)
+                if sign_max:
+                    improved = valid & (~has_best | (score > best))
+                else:
+                    improved = valid & (~has_best | (score < best))
+                reference, has_reference = (best, has_best) if against_best else (previous, has_previous)
+                gap = reference - score if sign_max else score - reference
+                declined = valid & has_reference & (gap > self.min_delta)
+                best = np.where(improved, score, best)
+                best_index[improved] = j
+                has_best |= improved
+                previous = np.where(valid, score, previous)
+                has_previous |= valid
+                n_valid += valid
+                counting = declined & (n_valid > self.n_warmup_evals)
+                run = np.where(counting, run + 1, np.where(valid, 0, run))
+                fired = counting & (run >= self.k)
+                stop[fired] = j
+                active &= ~fired
+        return stop, best_index
