@@ -11,7 +11,14 @@ from pathlib import Path
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=int, default=8, help="number of training jobs (default 8)")
-    parser.add_argument("--slots", type=int, default=2, help="slots of the local Ray head (default 2)")
+    parser.add_argument(
+        "--engine",
+        choices=("ray", "slurm"),
+        default="ray",
+        help="the scheduler: a private Ray head (default) or a private single-node Slurm "
+        "(needs root and slurm-wlm)",
+    )
+    parser.add_argument("--slots", type=int, default=2, help="slots of the private cluster (default 2)")
     parser.add_argument("--seed", type=int, default=0, help="workload seed (arrivals, kinds, job seeds)")
     parser.add_argument(
         "--interarrival",
@@ -53,11 +60,12 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"evalstop testbed: {exc}", file=sys.stderr)
         return 2
-    for module in ("ray", "fastapi", "uvicorn", "httpx"):  # say which extra is missing before starting
+    needs = ("ray",) if args.engine == "ray" else ()
+    for module in (*needs, "fastapi", "uvicorn", "httpx"):  # say which extra is missing before starting
         if importlib.util.find_spec(module) is None:
             raise ModuleNotFoundError(f"No module named {module!r}", name=module)
     command = "evalstop " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["testbed"] else "evalstop testbed"
-    summary = run_testbed(spec, args.slots, args.out, command=command)
+    summary = run_testbed(spec, args.slots, args.out, engine=args.engine, command=command)
     print((args.out / "summary.md").read_text(), end="")
     c = summary["comparison"]
     print(

@@ -1,6 +1,6 @@
 """One testbed training job, run by the scheduler as its own process::
 
-    python -m evalstop.testbed.job PLAN.json OUT_DIR --url URL --job-id ID --token-file FILE
+    python -m evalstop.testbed.job PLAN.json OUT_DIR --url URL --job-id-file FILE --token-file FILE
 
 A policy-gradient run of :mod:`evalstop.workloads.rl_toy` (the same seed streams as
 ``run_toy``, so the curve is reproducible). At each eval it saves a checkpoint directory
@@ -10,7 +10,8 @@ and appends one line to ``OUT_DIR/events.jsonl`` with the score, the service's a
 gold value (expected gold over every prompt: the evaluation the rule never sees).
 
 The job does not stop itself on a "stop" answer: the stop is the scheduler's to deliver (the
-service's Ray adapter), and the job only records the answer. SIGTERM ends it cleanly.
+service's Ray or Slurm adapter), and the job only records the answer. SIGTERM ends it cleanly
+(exit 0).
 """
 
 from __future__ import annotations
@@ -33,9 +34,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("plan", type=Path)
     parser.add_argument("out", type=Path)
     parser.add_argument("--url", required=True)
-    parser.add_argument("--job-id", required=True)
+    ids = parser.add_mutually_exclusive_group(required=True)
+    ids.add_argument("--job-id", help="the job's id at the service")
+    ids.add_argument("--job-id-file", type=Path, help="a file holding it (written before the job starts)")
     parser.add_argument("--token-file", type=Path, required=True)
     args = parser.parse_args(argv)
+    if args.job_id_file is not None:
+        args.job_id = args.job_id_file.read_text().strip()
     args.out.mkdir(parents=True, exist_ok=True)
     with open(args.out / "events.jsonl", "a", encoding="utf-8") as log:
         signal.signal(signal.SIGTERM, _on_term(log))
