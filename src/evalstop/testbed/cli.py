@@ -27,7 +27,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         help="mean seconds between arrivals (Poisson; default 2)",
     )
-    parser.add_argument("--hack-share", type=float, default=0.5, help="share of proxy-trained jobs")
+    parser.add_argument("--hack-share", type=float, default=0.5, help="share of proxy-trained jobs (0.5)")
+    parser.add_argument(
+        "--sft-share", type=float, default=0.2, help="share of supervised fine-tuning jobs (0.2)"
+    )
     parser.add_argument(
         "--step-time",
         type=float,
@@ -53,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             mean_interarrival_s=args.interarrival,
             hack_share=args.hack_share,
+            sft_share=args.sft_share,
             n_steps=args.steps,
             n_evals=args.evals,
             step_time_s=args.step_time,

@@ -3,7 +3,9 @@
     python -m evalstop.testbed.job PLAN.json OUT_DIR --url URL --job-id-file FILE --token-file FILE
 
 A policy-gradient run of :mod:`evalstop.workloads.rl_toy` (the same seed streams as
-``run_toy``, so the curve is reproducible). At each eval it saves a checkpoint directory
+``run_toy``, so the curve is reproducible), or for kind ``sft`` a supervised fine-tuning run of
+the same policy on demonstrations (:mod:`.sft`; its demonstrations come from the training
+stream). At each eval it saves a checkpoint directory
 (``OUT_DIR/ckpt/step-NNNNNN/theta.npy``), posts the watched eval score with that checkpoint's
 URI to the EvalStop service (remote mode, :class:`~evalstop.integrations._remote.RemoteHistory`)
 and appends one line to ``OUT_DIR/events.jsonl`` with the score, the service's answer and the
@@ -21,11 +23,14 @@ import json
 import signal
 import sys
 import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,12 +68,22 @@ def _event(log: IO[str], row: dict[str, Any]) -> None:
     log.flush()
 
 
-def train(plan: dict[str, Any], args: argparse.Namespace, log: IO[str]) -> None:
-    from ..detectors import Eval
-    from ..integrations._remote import RemoteHistory, RemoteJob
+@dataclass(frozen=True)
+class EvalPoint:
+    step: int
+    theta: NDArray[np.float64]
+    score: float  # the watched eval (noisy)
+    gold: float  # the evaluation the rule never sees
+    proxy: float
+
+
+def training(plan: dict[str, Any], pace: Callable[[], None] = lambda: None) -> Iterator[EvalPoint]:
+    """The job's training run without the service: one point per eval; ``pace()`` after each
+    step (the job pads steps to ``step_time_s`` with it). Deterministic in ``plan["seed"]``."""
     from ..workloads.bank import BASE
     from ..workloads.rl_toy import _policy_gradient, _record, fit_proxy, make_env, policy, softmax
     from ..workloads.rl_toy import _standardise as standardise
+    from .sft import demonstrations, sft_gradient
     from .workload import KIND_CONFIG
 
     config = BASE.with_(**KIND_CONFIG[plan["kind"]], n_steps=plan["n_steps"], n_evals=plan["n_evals"])
@@ -78,35 +93,51 @@ def train(plan: dict[str, Any], args: argparse.Namespace, log: IO[str]) -> None:
     env = make_env(config, env_rng)
     proxy = fit_proxy(config, env, proxy_rng)
     reward = proxy if config.target == "proxy" else standardise(env.gold, softmax(env.init_logits))
+    demos = demonstrations(env, train_rng) if plan["kind"] == "sft" else None
+    eval_at = set(np.linspace(0, config.n_steps, config.n_evals + 1).round().astype(int)[1:].tolist())
+    theta = np.zeros(env.features.shape[-1])
+    for step in range(1, config.n_steps + 1):
+        if demos is None:
+            theta += config.lr * _policy_gradient(config, theta, reward, env, train_rng)
+        else:
+            theta += config.lr * sft_gradient(theta, env, demos, train_rng)
+        pace()
+        if step in eval_at:
+            record: dict[str, list[Any]] = {"steps": [], "scores": [], "items": [], "proxy": [], "gold": []}
+            _record(record, step, policy(env, theta), env, proxy, eval_rng, config.eval_samples)
+            yield EvalPoint(step, theta.copy(), record["scores"][0], record["gold"][0], record["proxy"][0])
+
+
+def train(plan: dict[str, Any], args: argparse.Namespace, log: IO[str]) -> None:
+    from ..detectors import Eval
+    from ..integrations._remote import RemoteHistory, RemoteJob
+
     ckpt_root = args.out / "ckpt"
     remote = RemoteJob(args.url, args.job_id, token=args.token_file.read_text().strip())
     history = RemoteHistory(
         remote, metric="eval_score", checkpoint_uri=lambda s: str(ckpt_root / f"step-{s:06d}")
     )
-    eval_at = set(np.linspace(0, config.n_steps, config.n_evals + 1).round().astype(int)[1:].tolist())
-    theta = np.zeros(env.features.shape[-1])
     next_at = time.monotonic()
-    for step in range(1, config.n_steps + 1):
-        theta += config.lr * _policy_gradient(config, theta, reward, env, train_rng)
+
+    def pace() -> None:
+        nonlocal next_at
         next_at += plan["step_time_s"]
         time.sleep(max(0.0, next_at - time.monotonic()))
-        if step not in eval_at:
-            continue
-        record: dict[str, list[Any]] = {"steps": [], "scores": [], "items": [], "proxy": [], "gold": []}
-        _record(record, step, policy(env, theta), env, proxy, eval_rng, config.eval_samples)
-        ckpt = ckpt_root / f"step-{step:06d}"
+
+    for point in training(plan, pace):
+        ckpt = ckpt_root / f"step-{point.step:06d}"
         ckpt.mkdir(parents=True, exist_ok=True)
-        np.save(ckpt / "theta.npy", theta)
-        verdict = history.add(Eval(step=step, score=record["scores"][0], progress=step / config.n_steps))
+        np.save(ckpt / "theta.npy", point.theta)
+        verdict = history.add(Eval(step=point.step, score=point.score, progress=point.step / plan["n_steps"]))
         _event(
             log,
             {
                 "event": "eval",
                 "t": time.time(),
-                "step": step,
-                "score": record["scores"][0],
-                "gold": record["gold"][0],
-                "proxy": record["proxy"][0],
+                "step": point.step,
+                "score": point.score,
+                "gold": point.gold,
+                "proxy": point.proxy,
                 "checkpoint": str(ckpt),
                 "decision": None if verdict is None else verdict.decision.value,
                 "best_step": None if verdict is None else verdict.best_step,
