@@ -65,6 +65,7 @@ def run_testbed(
     summary = summarise(raw)
     summary["spec"] = {**spec.__dict__, "slots": slots, "engine": engine}
     summary["warm_up_s"] = warm_up_s
+    summary["engine_root"] = str(root)  # the cluster's state, removed (its daemons named it)
     summary["plan"] = [j.to_json() for j in plan]
     summary["simulator"] = compare(summary, raw, slots)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
