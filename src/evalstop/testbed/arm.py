@@ -181,7 +181,10 @@ def _service_view(svc: Any, service_id: str) -> dict[str, Any]:
     return {"state": body["state"], "stopped_at": body["stopped_at"], "decisions": decisions.json()}
 
 
-def warm_up(engine: Engine, timeout_s: float = 180.0) -> float:
+def warm_up(engine: Engine, plan: list[JobPlan], timeout_s: float = 180.0) -> float:
     """Run one job that only imports what a training job imports, so that neither arm pays the
     engine's first-job costs (worker pool, bytecode, page cache). Returns its wall time."""
-    return engine.warm_up([sys.executable, "-c", WARM_UP_CODE], timeout_s)
+    code = WARM_UP_CODE
+    if any(j.kind.startswith("grpo") for j in plan):
+        code += ", evalstop.workloads._grpo_eval, trl"
+    return engine.warm_up([sys.executable, "-c", code], timeout_s)

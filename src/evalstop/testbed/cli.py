@@ -32,6 +32,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--sft-share", type=float, default=0.2, help="share of supervised fine-tuning jobs (0.2)"
     )
     parser.add_argument(
+        "--grpo-share",
+        type=float,
+        default=0.0,
+        help="share of tiny TRL GRPO jobs (default 0; needs the hf extra; about 30-50 s each on a CPU)",
+    )
+    parser.add_argument(
         "--step-time",
         type=float,
         default=0.06,
@@ -57,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
             mean_interarrival_s=args.interarrival,
             hack_share=args.hack_share,
             sft_share=args.sft_share,
+            grpo_share=args.grpo_share,
             n_steps=args.steps,
             n_evals=args.evals,
             step_time_s=args.step_time,
@@ -64,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"evalstop testbed: {exc}", file=sys.stderr)
         return 2
-    needs = ("ray",) if args.engine == "ray" else ()
+    needs = ["ray"] if args.engine == "ray" else []
+    needs += ["torch", "trl"] if args.grpo_share > 0 else []
     for module in (*needs, "fastapi", "uvicorn", "httpx"):  # say which extra is missing before starting
         if importlib.util.find_spec(module) is None:
             raise ModuleNotFoundError(f"No module named {module!r}", name=module)

@@ -25,6 +25,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any
@@ -117,6 +118,32 @@ def train(plan: dict[str, Any], args: argparse.Namespace, log: IO[str]) -> None:
     history = RemoteHistory(
         remote, metric="eval_score", checkpoint_uri=lambda s: str(ckpt_root / f"step-{s:06d}")
     )
+
+    def report(step: int, score: float, gold: float, proxy: float, save: Callable[[Path], None]) -> None:
+        ckpt = ckpt_root / f"step-{step:06d}"
+        ckpt.mkdir(parents=True, exist_ok=True)
+        save(ckpt)
+        verdict = history.add(Eval(step=step, score=score, progress=step / plan["n_steps"]))
+        _event(
+            log,
+            {
+                "event": "eval",
+                "t": time.time(),
+                "step": step,
+                "score": score,
+                "gold": gold,
+                "proxy": proxy,
+                "checkpoint": str(ckpt),
+                "decision": None if verdict is None else verdict.decision.value,
+                "best_step": None if verdict is None else verdict.best_step,
+            },
+        )
+
+    if plan["kind"].startswith("grpo"):
+        from .grpo import grpo_training
+
+        grpo_training(plan, report)
+        return
     next_at = time.monotonic()
 
     def pace() -> None:
@@ -125,24 +152,11 @@ def train(plan: dict[str, Any], args: argparse.Namespace, log: IO[str]) -> None:
         time.sleep(max(0.0, next_at - time.monotonic()))
 
     for point in training(plan, pace):
-        ckpt = ckpt_root / f"step-{point.step:06d}"
-        ckpt.mkdir(parents=True, exist_ok=True)
-        np.save(ckpt / "theta.npy", point.theta)
-        verdict = history.add(Eval(step=point.step, score=point.score, progress=point.step / plan["n_steps"]))
-        _event(
-            log,
-            {
-                "event": "eval",
-                "t": time.time(),
-                "step": point.step,
-                "score": point.score,
-                "gold": point.gold,
-                "proxy": point.proxy,
-                "checkpoint": str(ckpt),
-                "decision": None if verdict is None else verdict.decision.value,
-                "best_step": None if verdict is None else verdict.best_step,
-            },
-        )
+        report(point.step, point.score, point.gold, point.proxy, partial(_save_theta, point.theta))
+
+
+def _save_theta(theta: NDArray[np.float64], ckpt: Path) -> None:
+    np.save(ckpt / "theta.npy", theta)
 
 
 if __name__ == "__main__":

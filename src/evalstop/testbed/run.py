@@ -48,7 +48,7 @@ def run_testbed(
         try:
             server = start_service(out, cluster.adapter_settings())
             try:
-                warm_up_s = warm_up(cluster)
+                warm_up_s = warm_up(cluster, plan)
                 for arm in ARMS:
                     raw[arm] = run_arm(arm, plan, out, cluster, server, timeout_s=timeout_s)
             finally:
