@@ -36,6 +36,22 @@ def test_sft_share_is_a_share_of_the_whole_trace() -> None:
         WorkloadSpec(hack_share=0.7, sft_share=0.5)
 
 
+def test_grpo_jobs_are_off_by_default_and_sized_on_their_own() -> None:
+    from evalstop.testbed.grpo import GRPO_EVALS, GRPO_STEPS
+
+    assert not any(j.kind.startswith("grpo") for j in make_plan(WorkloadSpec(n_jobs=40, seed=2)))
+    spec = WorkloadSpec(n_jobs=40, seed=2, hack_share=0.4, sft_share=0.2, grpo_share=0.15)
+    plan = make_plan(spec)
+    kinds = [j.kind for j in plan]
+    assert (kinds.count("grpo-proxy"), kinds.count("grpo-gold"), kinds.count("healthy")) == (3, 3, 10)
+    for job in plan:
+        grpo = job.kind.startswith("grpo")
+        assert (job.n_steps, job.n_evals) == ((GRPO_STEPS, GRPO_EVALS) if grpo else (150, 15))
+        assert job.step_time_s == (0.0 if grpo else spec.step_time_s)
+    with pytest.raises(ValueError, match="'grpo_share' parameter of WorkloadSpec must be <= 1 - hack_share"):
+        WorkloadSpec(hack_share=0.5, sft_share=0.2, grpo_share=0.5)
+
+
 def test_sft_jobs_are_healthy_and_left_alone_by_the_default_rule() -> None:
     """Supervised fine-tuning (no cluster: the job's own training loop): gold rises, then holds,
     so the label is healthy; these are the negatives the rule's FPR counts. The default rule stops
