@@ -35,7 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--grpo-share",
         type=float,
         default=0.0,
-        help="share of tiny TRL GRPO jobs (default 0; needs the hf extra; about 30-50 s each on a CPU)",
+        help="share of tiny TRL GRPO jobs (default 0; needs the hf extra; slow: about 70 s a job on a "
+        "loaded 2-core machine)",
     )
     parser.add_argument(
         "--step-time",
