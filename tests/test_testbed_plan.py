@@ -108,3 +108,20 @@ def test_missing_ray_is_one_line_naming_the_extra() -> None:
                           check=False)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().count("\n") == 0 and "pip install -e '.[ray]'" in proc.stderr, proc.stderr
+
+
+def test_unknown_engine_is_refused_before_starting_anything(tmp_path: Path) -> None:
+    from evalstop.testbed.run import run_testbed
+
+    with pytest.raises(ValueError, match="'engine' parameter of run_testbed must be one of 'ray', 'slurm'"):
+        run_testbed(WorkloadSpec(n_jobs=1), 1, tmp_path / "out", engine="kubernetes")
+    assert not (tmp_path / "out").exists()
+
+
+def test_slurm_times_parse_and_unknown_times_are_none() -> None:
+    import time
+
+    from evalstop.testbed.slurm_engine import _slurm_time
+
+    assert _slurm_time("2026-12-01T08:08:00") == time.mktime((2026, 12, 1, 8, 8, 0, 0, 0, -1))
+    assert _slurm_time("N/A") is None and _slurm_time("Unknown") is None and _slurm_time("") is None
