@@ -58,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _on_term(log: IO[str]) -> Any:
     def handler(signum: int, frame: FrameType | None) -> None:
-        _event(log, {"event": "sigterm", "t": time.time()})
+        if not log.closed:  # a SIGTERM after the last line (the interpreter's teardown) just exits
+            _event(log, {"event": "sigterm", "t": time.time()})
         sys.exit(0)
 
     return handler
