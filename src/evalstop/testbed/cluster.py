@@ -72,7 +72,7 @@ def start_ray(root: Path, slots: int, *, timeout_s: float = 180.0) -> Proc:
     }
     for var in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS"):
         env.pop(var, None)
-    gcs, dash, nm, om, client, agent, agent_grpc, metrics, rt_env, workers = free_ports(10)
+    gcs, dash, nm, om, client, agent, agent_grpc, metrics, rt_env, workers = _ray_ports()
     ray = Path(sys.executable).with_name("ray")
     cmd = [
         str(ray),
@@ -117,6 +117,15 @@ def start_ray(root: Path, slots: int, *, timeout_s: float = 180.0) -> Proc:
         time.sleep(0.5)
     stop(head)
     raise RuntimeError(f"Ray dashboard not ready after {timeout_s} s: {head.tail()}")
+
+
+def _ray_ports(n_workers: int = 40) -> list[int]:
+    """Nine free ports and the first of ``n_workers + 1`` worker ports, none of the nine inside
+    the worker range (Ray refuses to start on such an overlap)."""
+    while True:
+        ports = free_ports(10)
+        if not any(ports[-1] <= p <= ports[-1] + n_workers for p in ports[:-1]):
+            return ports
 
 
 def start_service(root: Path, adapter_settings: dict[str, Any], *, timeout_s: float = 60.0) -> Proc:
