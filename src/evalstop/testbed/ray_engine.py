@@ -74,9 +74,13 @@ class RayEngine:
 
     def warm_up(self, argv: list[str], timeout_s: float = 180.0) -> float:
         started = time.time()
-        resp = self._api.post(
-            "/api/jobs/", json={"entrypoint": shlex.join(argv), "entrypoint_resources": {SLOT: 1}}
-        )
+        body = {"entrypoint": shlex.join(argv), "entrypoint_resources": {SLOT: 1}}
+        resp = self._api.post("/api/jobs/", json=body)
+        # The jobs API answers before the job agent is up: a submission then fails with 500 "No
+        # available agent" (seen at load 20). The warm-up is the first job: retry it until then.
+        while resp.status_code >= 500 and time.time() - started < timeout_s:
+            time.sleep(1.0)
+            resp = self._api.post("/api/jobs/", json=body)
         if resp.status_code >= 400:
             raise RuntimeError(f"Ray refused the warm-up job: {resp.status_code} {resp.text[:500]}")
         sid = resp.json()["submission_id"]
