@@ -1,7 +1,12 @@
-"""The live testbed at size: >= 40 jobs per seed on a private local Ray head, several seeds.
+"""The live testbed at size: >= 40 jobs per seed on a private local Ray head (or, with
+``--engine slurm``, a private single-node Slurm), several seeds.
 
     .venv/bin/python bench/testbed.py                       # 40 jobs, 2 slots, seeds 0 1 2
     .venv/bin/python bench/testbed.py --jobs 8 --seeds 0    # a quick look
+    .venv/bin/python bench/testbed.py --engine slurm --out bench-testbed-slurm   # root, slurm-wlm
+
+``--sft-share`` (default 0.2) is the share of supervised fine-tuning jobs; the runs in
+docs/testbed.md before they existed used ``--sft-share 0``.
 
 Each seed runs ``evalstop testbed`` (both arms) into ``--out/seed-N`` and the script prints,
 over seeds, the mean and a bootstrap 95 % confidence interval of: the real JCT change (enforced vs
@@ -58,23 +63,32 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--interarrival", type=float, default=4.0)
     parser.add_argument("--step-time", type=float, default=0.06)
+    parser.add_argument("--engine", choices=("ray", "slurm"), default="ray")
+    parser.add_argument("--sft-share", type=float, default=0.2)
     parser.add_argument("--out", type=Path, default=Path("bench-testbed"))
     parser.add_argument("--reuse", action="store_true", help="read a seed's summary.json if it exists")
     args = parser.parse_args()
     rows = []
     for seed in args.seeds:
         spec = WorkloadSpec(
-            n_jobs=args.jobs, seed=seed, mean_interarrival_s=args.interarrival, step_time_s=args.step_time
+            n_jobs=args.jobs,
+            seed=seed,
+            mean_interarrival_s=args.interarrival,
+            step_time_s=args.step_time,
+            sft_share=args.sft_share,
         )
         command = (
-            f"python bench/testbed.py --jobs {args.jobs} --slots {args.slots} --seeds {seed} "
-            f"--interarrival {args.interarrival} --step-time {args.step_time}"
+            f"python bench/testbed.py --engine {args.engine} --jobs {args.jobs} --slots {args.slots} "
+            f"--seeds {seed} --interarrival {args.interarrival} --step-time {args.step_time} "
+            f"--sft-share {args.sft_share}"
         )
         done = args.out / f"seed-{seed}" / "summary.json"
         if args.reuse and done.exists():
             summary = json.loads(done.read_text())
         else:
-            summary = run_testbed(spec, args.slots, args.out / f"seed-{seed}", command=command)
+            summary = run_testbed(
+                spec, args.slots, args.out / f"seed-{seed}", engine=args.engine, command=command
+            )
         rows.append(figures(summary))
         print(
             f"seed {seed}: "

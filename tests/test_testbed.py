@@ -68,7 +68,10 @@ def test_freed_slot_goes_to_a_queued_job(run: tuple[Path, dict[str, Any], dict[s
         waiting = [j for j in enforced if j["arrival_s"] <= stopped["end_s"] < j["dispatch_s"]]
         if not waiting:
             continue
-        natural_end = stopped["dispatch_s"] + shadow[stopped["name"]]["slot_s"]
+        # Where it would have ended unstopped: its own start plus the shadow run's training time
+        # (start-up varies with the machine's load; the paced training does not).
+        full = shadow[stopped["name"]]
+        natural_end = stopped["dispatch_s"] + stopped["startup_s"] + full["slot_s"] - full["startup_s"]
         successor = min(waiting, key=lambda j: j["dispatch_s"])
         assert successor["name"] == min(waiting, key=lambda j: j["arrival_s"])["name"]  # FIFO
         assert stopped["end_s"] <= successor["dispatch_s"] < natural_end, (stopped, successor)

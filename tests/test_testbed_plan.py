@@ -8,8 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from evalstop import Monitor
+from evalstop.detectors import DEFAULT_SPEC, Eval
 from evalstop.testbed import WorkloadSpec, make_plan
+from evalstop.testbed.job import training
 from evalstop.testbed.summary import rule_scores
+from evalstop.workloads.bank import label_curve
 
 
 def test_plan_is_seeded_fifo_ordered_and_mixed() -> None:
@@ -21,6 +25,48 @@ def test_plan_is_seeded_fifo_ordered_and_mixed() -> None:
     assert arrivals[0] == 0.0 and arrivals == sorted(arrivals)
     assert sum(j.kind == "hack" for j in plan) == 10
     assert len({j.seed for j in plan}) == 20
+
+
+def test_sft_share_is_a_share_of_the_whole_trace() -> None:
+    kinds = [j.kind for j in make_plan(WorkloadSpec(n_jobs=40, seed=1, hack_share=0.5, sft_share=0.2))]
+    assert (kinds.count("hack"), kinds.count("sft"), kinds.count("healthy")) == (20, 8, 12)
+    no_sft = make_plan(WorkloadSpec(n_jobs=20, seed=4, sft_share=0.0))
+    assert {j.kind for j in no_sft} == {"hack", "healthy"}
+    with pytest.raises(ValueError, match=r"'sft_share' parameter of WorkloadSpec must be <= 1 - hack_share"):
+        WorkloadSpec(hack_share=0.7, sft_share=0.5)
+
+
+def test_grpo_jobs_are_off_by_default_and_sized_on_their_own() -> None:
+    from evalstop.testbed.grpo import GRPO_EVALS, GRPO_STEPS
+
+    assert not any(j.kind.startswith("grpo") for j in make_plan(WorkloadSpec(n_jobs=40, seed=2)))
+    spec = WorkloadSpec(n_jobs=40, seed=2, hack_share=0.4, sft_share=0.2, grpo_share=0.15)
+    plan = make_plan(spec)
+    kinds = [j.kind for j in plan]
+    assert (kinds.count("grpo-proxy"), kinds.count("grpo-gold"), kinds.count("healthy")) == (3, 3, 10)
+    for job in plan:
+        grpo = job.kind.startswith("grpo")
+        assert (job.n_steps, job.n_evals) == ((GRPO_STEPS, GRPO_EVALS) if grpo else (150, 15))
+        assert job.step_time_s == (0.0 if grpo else spec.step_time_s)
+    with pytest.raises(ValueError, match="'grpo_share' parameter of WorkloadSpec must be <= 1 - hack_share"):
+        WorkloadSpec(hack_share=0.5, sft_share=0.2, grpo_share=0.5)
+
+
+def test_sft_jobs_are_healthy_and_left_alone_by_the_default_rule() -> None:
+    """Supervised fine-tuning (no cluster: the job's own training loop): gold rises, then holds,
+    so the label is healthy; these are the negatives the rule's FPR counts. The default rule stops
+    none of these seeds (a stop would be a false positive; the testbed reports the rate)."""
+    for seed in range(6):
+        plan = {"kind": "sft", "seed": seed, "n_steps": 150, "n_evals": 15, "step_time_s": 0.0}
+        points = list(training(plan))
+        gold = [p.gold for p in points]
+        assert [p.step for p in points] == list(range(10, 151, 10))
+        assert label_curve(gold)[0] == "healthy" and gold[-1] > gold[0] + 0.1, gold
+        monitor = Monitor(DEFAULT_SPEC)
+        verdicts = [monitor.observe(Eval(step=p.step, score=p.score, progress=p.step / 150)) for p in points]
+        assert not any(v.decision.value == "stop" for v in verdicts), seed
+    hack = [p.gold for p in training({**plan, "kind": "hack", "seed": 1})]
+    assert label_curve(hack)[0] == "hacking"  # the same loop, trained on the proxy, hacks
 
 
 def test_plan_is_the_same_in_a_fresh_process() -> None:
@@ -62,3 +108,20 @@ def test_missing_ray_is_one_line_naming_the_extra() -> None:
                           check=False)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().count("\n") == 0 and "pip install -e '.[ray]'" in proc.stderr, proc.stderr
+
+
+def test_unknown_engine_is_refused_before_starting_anything(tmp_path: Path) -> None:
+    from evalstop.testbed.run import run_testbed
+
+    with pytest.raises(ValueError, match="'engine' parameter of run_testbed must be one of 'ray', 'slurm'"):
+        run_testbed(WorkloadSpec(n_jobs=1), 1, tmp_path / "out", engine="kubernetes")
+    assert not (tmp_path / "out").exists()
+
+
+def test_slurm_times_parse_and_unknown_times_are_none() -> None:
+    import time
+
+    from evalstop.testbed.slurm_engine import _slurm_time
+
+    assert _slurm_time("2026-12-01T08:08:00") == time.mktime((2026, 12, 1, 8, 8, 0, 0, 0, -1))
+    assert _slurm_time("N/A") is None and _slurm_time("Unknown") is None and _slurm_time("") is None

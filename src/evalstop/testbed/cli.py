@@ -11,7 +11,14 @@ from pathlib import Path
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=int, default=8, help="number of training jobs (default 8)")
-    parser.add_argument("--slots", type=int, default=2, help="slots of the local Ray head (default 2)")
+    parser.add_argument(
+        "--engine",
+        choices=("ray", "slurm"),
+        default="ray",
+        help="the scheduler: a private Ray head (default) or a private single-node Slurm "
+        "(needs root and slurm-wlm)",
+    )
+    parser.add_argument("--slots", type=int, default=2, help="slots of the private cluster (default 2)")
     parser.add_argument("--seed", type=int, default=0, help="workload seed (arrivals, kinds, job seeds)")
     parser.add_argument(
         "--interarrival",
@@ -20,7 +27,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         help="mean seconds between arrivals (Poisson; default 2)",
     )
-    parser.add_argument("--hack-share", type=float, default=0.5, help="share of proxy-trained jobs")
+    parser.add_argument("--hack-share", type=float, default=0.5, help="share of proxy-trained jobs (0.5)")
+    parser.add_argument(
+        "--sft-share", type=float, default=0.2, help="share of supervised fine-tuning jobs (0.2)"
+    )
+    parser.add_argument(
+        "--grpo-share",
+        type=float,
+        default=0.0,
+        help="share of tiny TRL GRPO jobs (default 0; needs the hf extra; slow: about 70 s a job on a "
+        "loaded 2-core machine)",
+    )
     parser.add_argument(
         "--step-time",
         type=float,
@@ -46,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             mean_interarrival_s=args.interarrival,
             hack_share=args.hack_share,
+            sft_share=args.sft_share,
+            grpo_share=args.grpo_share,
             n_steps=args.steps,
             n_evals=args.evals,
             step_time_s=args.step_time,
@@ -53,11 +72,13 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"evalstop testbed: {exc}", file=sys.stderr)
         return 2
-    for module in ("ray", "fastapi", "uvicorn", "httpx"):  # say which extra is missing before starting
+    needs = ["ray"] if args.engine == "ray" else []
+    needs += ["torch", "trl"] if args.grpo_share > 0 else []
+    for module in (*needs, "fastapi", "uvicorn", "httpx"):  # say which extra is missing before starting
         if importlib.util.find_spec(module) is None:
             raise ModuleNotFoundError(f"No module named {module!r}", name=module)
     command = "evalstop " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["testbed"] else "evalstop testbed"
-    summary = run_testbed(spec, args.slots, args.out, command=command)
+    summary = run_testbed(spec, args.slots, args.out, engine=args.engine, command=command)
     print((args.out / "summary.md").read_text(), end="")
     c = summary["comparison"]
     print(

@@ -1,5 +1,7 @@
 """The testbed's processes: a private Ray head with N slots, and an ``evalstop serve``.
 
+(The private Slurm is :mod:`.slurm_cluster`; both engines are driven through :mod:`.engine`.)
+
 Both bind to 127.0.0.1 on free ports, keep their state under the run directory, and are
 stopped by pid: the Ray head by signalling its ``ray start --block`` process and then killing
 what still names its temp dir (never ``ray stop``, which would stop other people's Ray).
@@ -70,7 +72,7 @@ def start_ray(root: Path, slots: int, *, timeout_s: float = 180.0) -> Proc:
     }
     for var in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS"):
         env.pop(var, None)
-    gcs, dash, nm, om, client, agent, agent_grpc, metrics, rt_env, workers = free_ports(10)
+    gcs, dash, nm, om, client, agent, agent_grpc, metrics, rt_env, workers = _ray_ports()
     ray = Path(sys.executable).with_name("ray")
     cmd = [
         str(ray),
@@ -117,8 +119,18 @@ def start_ray(root: Path, slots: int, *, timeout_s: float = 180.0) -> Proc:
     raise RuntimeError(f"Ray dashboard not ready after {timeout_s} s: {head.tail()}")
 
 
-def start_service(root: Path, ray: Proc, *, timeout_s: float = 60.0) -> Proc:
-    """``evalstop serve`` on SQLite with the Ray adapter pointed at ``ray``; admin token in info."""
+def _ray_ports(n_workers: int = 40) -> list[int]:
+    """Nine free ports and the first of ``n_workers + 1`` worker ports, none of the nine inside
+    the worker range (Ray refuses to start on such an overlap)."""
+    while True:
+        ports = free_ports(10)
+        if not any(ports[-1] <= p <= ports[-1] + n_workers for p in ports[:-1]):
+            return ports
+
+
+def start_service(root: Path, adapter_settings: dict[str, Any], *, timeout_s: float = 60.0) -> Proc:
+    """``evalstop serve`` on SQLite with ``adapter_settings`` (the engine's: the Ray adapter
+    pointed at the head, or the Slurm adapter at the private ``slurm.conf``); admin token in info."""
     import httpx
 
     (port,) = free_ports(1)
@@ -126,9 +138,7 @@ def start_service(root: Path, ray: Proc, *, timeout_s: float = 60.0) -> Proc:
     env = {
         **os.environ,
         "EVALSTOP_ADMIN_TOKEN": admin,
-        "EVALSTOP_ADAPTER_SETTINGS": json.dumps(
-            {"ray": {"address": ray.info["address"], "token": ray.info["token"]}}
-        ),
+        "EVALSTOP_ADAPTER_SETTINGS": json.dumps(adapter_settings),
     }
     cmd = [
         sys.executable,
