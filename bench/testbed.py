@@ -20,7 +20,7 @@ from typing import Any
 
 from evalstop.experiments.stats import mean_ci
 from evalstop.testbed import WorkloadSpec
-from evalstop.testbed.run import run_testbed
+from evalstop.testbed.run import finish, run_testbed
 
 
 def with_ci(values: list[float | None]) -> str:
@@ -41,8 +41,17 @@ def figures(summary: dict[str, Any]) -> dict[str, float | None]:
         "slot-hours saved": summary["comparison"]["slot_hours_saved"],
         "slot-hours saved (share)": summary["comparison"]["slot_hours_saved_share"],
         "sim error, mean JCT (enforced)": sim["enforced"]["jct_mean_error"],
+        "sim error, mean JCT (enforced, constant start-up)": sim["enforced"]["constant_startup"][
+            "jct_mean_error"
+        ],
         "sim error, mean JCT (shadow)": sim["shadow"]["jct_mean_error"],
+        "sim error, p95 JCT (enforced)": sim["enforced"]["jct_p95_error"],
+        "sim start-time error, mean (s, enforced)": sim["enforced"]["start_error_mean_s"],
         "sim start-time error, mean abs (s, enforced)": sim["enforced"]["start_error_mean_abs_s"],
+        "sim start-time error, max abs (s, enforced)": sim["enforced"]["start_error_max_abs_s"],
+        "sim slot-hours saved": sim["slot_hours_saved"]["sim"],
+        "start-up mean (s, shadow)": arms["shadow"]["startup_mean_s"],
+        "start-up mean (s, enforced)": arms["enforced"]["startup_mean_s"],
         "precision": arms["shadow"]["precision"],
         "recall": arms["shadow"]["recall"],
         "FPR": arms["shadow"]["fpr"],
@@ -59,7 +68,11 @@ def main() -> None:
     parser.add_argument("--interarrival", type=float, default=4.0)
     parser.add_argument("--step-time", type=float, default=0.06)
     parser.add_argument("--out", type=Path, default=Path("bench-testbed"))
-    parser.add_argument("--reuse", action="store_true", help="read a seed's summary.json if it exists")
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="redo the analysis and report of a seed from its stored raw.json instead of running it",
+    )
     args = parser.parse_args()
     rows = []
     for seed in args.seeds:
@@ -70,9 +83,11 @@ def main() -> None:
             f"python bench/testbed.py --jobs {args.jobs} --slots {args.slots} --seeds {seed} "
             f"--interarrival {args.interarrival} --step-time {args.step_time}"
         )
-        done = args.out / f"seed-{seed}" / "summary.json"
-        if args.reuse and done.exists():
-            summary = json.loads(done.read_text())
+        folder = args.out / f"seed-{seed}"
+        if args.reuse and (folder / "raw.json").exists():
+            old = json.loads((folder / "summary.json").read_text())
+            meta = {k: old.get(k) for k in ("spec", "plan", "warm_up_s")} | {"command": command}
+            summary = finish(folder, json.loads((folder / "raw.json").read_text()), meta)
         else:
             summary = run_testbed(spec, args.slots, args.out / f"seed-{seed}", command=command)
         rows.append(figures(summary))

@@ -1,11 +1,12 @@
 """One arm of the testbed: the trace through a FIFO queue onto the Ray head's slots.
 
-The dispatcher is the base scheduler (FIFO, one slot per job): a job joins the queue at its
-arrival time; while a slot is free the head of the queue is registered with the EvalStop
-service (its Ray submission id as the external reference) and submitted to Ray with
-``entrypoint_resources={"slot": 1}``. A slot is free again when Ray reports the job terminal
-(SUCCEEDED, STOPPED or FAILED). Every time is wall-clock (``time.time()``), relative to the
-arm's start in the records.
+The dispatcher is the base scheduler (strict FIFO, as the simulator's ``FIFO()``): a job joins
+the queue at its arrival time; while the head of the queue fits in the free slots it is
+registered with the EvalStop service (its Ray submission id as the external reference) and
+submitted to Ray with ``entrypoint_resources={"slot": width}``; a wider head blocks the jobs
+behind it. Slots are free again when Ray reports the job terminal (SUCCEEDED, STOPPED or FAILED).
+Submission ids are ``<arm>-<run id>-<job>``, so runs on a shared cluster never collide. Every
+time is wall-clock (``time.time()``), relative to the arm's start in the records.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def run_arm(
     """Run the trace in ``arm`` ("shadow" or "enforced"); one raw record per job."""
     out = root / arm
     out.mkdir(parents=True, exist_ok=True)
-    token_file = _create_tenant(server, arm, out)
+    token_file = _create_tenant(server, arm, out, ray)
     ray_api = api(ray.info["address"], ray.info["token"])
     svc = api(server.info["url"], token_file.read_text().strip())
     t0 = time.time()
@@ -50,6 +51,7 @@ def run_arm(
     running: dict[str, Running] = {}
     done: list[dict[str, Any]] = []
     slots = int(ray.info["slots"])
+    prefix = sid_prefix(arm, ray)
     try:
         while pending or queue or running:
             now = time.time()
@@ -57,9 +59,9 @@ def run_arm(
                 raise TimeoutError(f"arm {arm}: not finished after {timeout_s} s; running {sorted(running)}")
             while pending and t0 + pending[0].arrival_s <= now:
                 queue.append(pending.popleft())
-            while queue and len(running) < slots:
+            while queue and sum(r.plan.slots for r in running.values()) + queue[0].slots <= slots:
                 job = queue.popleft()
-                running[job.name] = _dispatch(arm, job, out, ray_api, svc, server, token_file)
+                running[job.name] = _dispatch(prefix + job.name, arm, job, out, ray_api, svc, server)
             if running:
                 _reap(ray_api, running, done, t0, out)
             time.sleep(POLL_S)
@@ -71,10 +73,16 @@ def run_arm(
     return sorted(done, key=lambda r: str(r["name"]))
 
 
-def _create_tenant(server: Proc, arm: str, out: Path) -> Path:
+def sid_prefix(arm: str, ray: Proc) -> str:
+    """The Ray submission-id prefix of an arm's jobs (the tenant's scope)."""
+    return f"{arm}-{ray.info['run_id']}-" if ray.info.get("run_id") else f"{arm}-"
+
+
+def _create_tenant(server: Proc, arm: str, out: Path, ray: Proc) -> Path:
     admin = api(server.info["url"], server.info["admin"])
+    prefix = sid_prefix(arm, ray)
     scope = {
-        "ray": {"job_id_prefixes": [f"{arm}-"], "metadata": {"evalstop_arm": arm}},
+        "ray": {"job_id_prefixes": [prefix], "metadata": {"evalstop_arm": arm}},
         "checkpoint_prefixes": [str(out.resolve())],
     }
     resp = admin.post("/v1/tenants", json={"name": arm, "shadow": arm == "shadow", "scope": scope})
@@ -86,10 +94,8 @@ def _create_tenant(server: Proc, arm: str, out: Path) -> Path:
     return token_file
 
 
-def _dispatch(
-    arm: str, job: JobPlan, out: Path, ray_api: Any, svc: Any, server: Proc, token_file: Path
-) -> Running:
-    sid = f"{arm}-{job.name}"
+def _dispatch(sid: str, arm: str, job: JobPlan, out: Path, ray_api: Any, svc: Any, server: Proc) -> Running:
+    token_file = out / "tenant-token"
     job_dir = out / job.name
     job_dir.mkdir(parents=True, exist_ok=True)
     (job_dir / "plan.json").write_text(json.dumps(job.to_json()))
@@ -126,7 +132,7 @@ def _dispatch(
         json={
             "entrypoint": entrypoint,
             "submission_id": sid,
-            "entrypoint_resources": {SLOT: 1},
+            "entrypoint_resources": {SLOT: job.slots},
             "metadata": {"evalstop_arm": arm},
         },
     )
@@ -171,6 +177,7 @@ def _record(run: Running, info: dict[str, Any], seen_t: float, t0: float, job_di
         "name": run.plan.name,
         "kind": run.plan.kind,
         "seed": run.plan.seed,
+        "slots": run.plan.slots,
         "sid": run.sid,
         "service_id": run.service_id,
         "ray_status": info.get("status"),

@@ -11,7 +11,25 @@ from pathlib import Path
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=int, default=8, help="number of training jobs (default 8)")
-    parser.add_argument("--slots", type=int, default=2, help="slots of the local Ray head (default 2)")
+    parser.add_argument(
+        "--slots",
+        type=int,
+        default=2,
+        help="slots of the local Ray head, or to use of --ray-address (default 2)",
+    )
+    parser.add_argument(
+        "--max-slots",
+        type=int,
+        default=1,
+        metavar="M",
+        help="each job takes 1..M slots, drawn from the seed (default 1)",
+    )
+    parser.add_argument(
+        "--ray-address",
+        metavar="HOST:PORT",
+        help="an existing Ray cluster's dashboard (Jobs API) instead of a private head; it must "
+        "declare the 'slot' resource; token from RAY_AUTH_TOKEN",
+    )
     parser.add_argument("--seed", type=int, default=0, help="workload seed (arrivals, kinds, job seeds)")
     parser.add_argument(
         "--interarrival",
@@ -49,7 +67,13 @@ def run(args: argparse.Namespace) -> int:
             n_steps=args.steps,
             n_evals=args.evals,
             step_time_s=args.step_time,
+            max_slots=args.max_slots,
         )
+        if args.max_slots > args.slots:
+            raise ValueError(
+                f"The '--max-slots' parameter must be <= --slots ({args.slots}). "
+                f"Got {args.max_slots!r} instead."
+            )
     except ValueError as exc:
         print(f"evalstop testbed: {exc}", file=sys.stderr)
         return 2
@@ -57,10 +81,11 @@ def run(args: argparse.Namespace) -> int:
         if importlib.util.find_spec(module) is None:
             raise ModuleNotFoundError(f"No module named {module!r}", name=module)
     command = "evalstop " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["testbed"] else "evalstop testbed"
-    summary = run_testbed(spec, args.slots, args.out, command=command)
+    summary = run_testbed(spec, args.slots, args.out, command=command, ray_address=args.ray_address)
     print((args.out / "summary.md").read_text(), end="")
     c = summary["comparison"]
     print(
-        f"\nwrote {args.out}/summary.json, summary.md, raw.json; slot-hours saved {c['slot_hours_saved']:.4f}"
+        f"\nwrote {args.out}/summary.json, summary.md, raw.json, report.md, report.html; "
+        f"slot-hours saved {c['slot_hours_saved']:.4f}"
     )
     return 0

@@ -1,40 +1,55 @@
-"""Run both arms of the testbed on one private Ray head and one ``evalstop serve``."""
+"""Run both arms of the testbed on one Ray cluster (a private head, or an existing cluster with
+``ray_address``) and one ``evalstop serve``."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from .arm import run_arm, warm_up
-from .cluster import pids_naming, start_ray, start_service, stop
+from .arm import TERMINAL, run_arm, sid_prefix, warm_up
+from .cluster import Proc, api, connect_ray, pids_naming, start_ray, start_service, stop
+from .report import write_report
 from .simcheck import compare
-from .simcheck import markdown as sim_markdown
-from .summary import markdown, summarise
+from .summary import summarise
 from .workload import WorkloadSpec, make_plan
 
 ARMS = ("shadow", "enforced")
 
 
 def run_testbed(
-    spec: WorkloadSpec, slots: int, out: Path, *, command: str = "", timeout_s: float = 1800.0
+    spec: WorkloadSpec,
+    slots: int,
+    out: Path,
+    *,
+    command: str = "",
+    timeout_s: float = 1800.0,
+    ray_address: str | None = None,
 ) -> dict[str, Any]:
-    """Start the cluster, run the shadow then the enforced arm over the same trace, clean up,
-    and write ``raw.json``, ``summary.json`` and ``summary.md`` to ``out``."""
+    """Start the cluster (or connect to ``ray_address``), run the shadow then the enforced arm
+    over the same trace, clean up, and write ``raw.json``, ``summary.json``, ``summary.md`` and
+    the report (``report.md``, ``report.html``, PNGs) to ``out``."""
     if slots < 1:
         raise ValueError(f"The 'slots' parameter of run_testbed must be an int >= 1. Got {slots!r} instead.")
+    if spec.max_slots > slots:
+        raise ValueError(
+            f"The 'max_slots' parameter of WorkloadSpec must be <= the {slots} slots of the cluster "
+            f"(a wider job never starts). Got {spec.max_slots!r} instead."
+        )
     out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     plan = make_plan(spec)
     ray_root = Path(tempfile.mkdtemp(prefix="evs-tb-"))  # short: Ray's socket paths have a length limit
     raw: dict[str, list[dict[str, Any]]] = {}
     warm_up_s = float("nan")
-    ray = start_ray(ray_root, slots)
+    ray = connect_ray(ray_address, slots) if ray_address else start_ray(ray_root, slots)
+    ray.info["run_id"] = secrets.token_hex(3)
     try:
         server = start_service(out, ray)
         try:
@@ -44,6 +59,8 @@ def run_testbed(
         finally:
             stop(server)
     finally:
+        if ray.proc is None:  # an existing cluster: stop what we submitted, leave the rest
+            _stop_our_jobs(ray)
         stop(ray)
         for arm in ARMS:  # a job still alive after its head went away: ours, by pid
             for pid in pids_naming(str(out / arm) + "/"):
@@ -51,23 +68,33 @@ def run_testbed(
                     os.kill(pid, signal.SIGKILL)
         shutil.rmtree(ray_root, ignore_errors=True)
     (out / "raw.json").write_text(json.dumps(raw, indent=1))
+    meta = {
+        "spec": {**spec.__dict__, "slots": slots, "ray_address": ray_address},
+        "warm_up_s": warm_up_s,
+        "plan": [j.to_json() for j in plan],
+        "command": command,
+    }
+    return finish(out, raw, meta)
+
+
+def finish(out: Path, raw: dict[str, list[dict[str, Any]]], meta: dict[str, Any]) -> dict[str, Any]:
+    """From a run's raw measurements: ``summary.json`` (figures per job and arm, the simulator's
+    prediction) and the report. ``meta`` carries ``spec`` (with ``slots``), ``plan``,
+    ``warm_up_s`` and ``command``. Re-running it on a stored ``raw.json`` redoes the analysis."""
     summary = summarise(raw)
-    summary["spec"] = {**spec.__dict__, "slots": slots}
-    summary["warm_up_s"] = warm_up_s
-    summary["plan"] = [j.to_json() for j in plan]
-    summary["simulator"] = compare(summary, raw, slots)
+    summary.update(meta)
+    summary["simulator"] = compare(summary, raw, int(meta["spec"]["slots"]))
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    text = markdown(summary, command) + sim_markdown(summary["simulator"])
-    (out / "summary.md").write_text(text + _figures(summary, raw, out))
+    write_report(out, summary, raw)
     return summary
 
 
-def _figures(summary: dict[str, Any], raw: dict[str, list[dict[str, Any]]], out: Path) -> str:
-    """Write the PNGs if matplotlib (the ``plot`` extra) is there; the Markdown that shows them."""
-    try:
-        from .figures import jct_cdf, job_curves
-    except ModuleNotFoundError:
-        return "\n(no figures: pip install -e '.[plot]')\n"
-    jct_cdf(summary, out / "jct_cdf.png")
-    job_curves(summary, raw, out / "curves.png")
-    return "\n![JCT CDF](jct_cdf.png)\n\n![Each job's curves and stop](curves.png)\n"
+def _stop_our_jobs(ray: Proc) -> None:
+    import httpx
+
+    prefixes = tuple(sid_prefix(arm, ray) for arm in ARMS)
+    with contextlib.suppress(httpx.HTTPError), api(ray.info["address"], ray.info["token"]) as client:
+        for job in client.get("/api/jobs/").json():
+            sid = str(job.get("submission_id") or "")
+            if sid.startswith(prefixes) and job.get("status") not in TERMINAL:
+                client.post(f"/api/jobs/{sid}/stop")

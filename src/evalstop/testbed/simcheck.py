@@ -1,37 +1,87 @@
 """The simulator held against the testbed: the shadow arm's measured jobs through
 :func:`evalstop.sim.simulate` under FIFO, compared with what the enforced arm did.
 
-Each real job becomes one simulated job of width 1 on a cluster of ``slots`` GPUs:
+Each real job becomes one simulated job of its width (slots) on a cluster of ``slots`` GPUs:
 
 - arrival: the trace's arrival time;
 - duration: the training process's measured wall time in the shadow arm (first line to Ray's
-  end time) plus ``startup_s``, the start-up overhead model (the shadow arm's mean time from
-  submission to the training process's first line);
+  end time) plus a start-up overhead drawn from the start-up model (below);
 - evals: the shadow arm's watched scores, each placed at its measured time since submission
-  (``startup_s`` + time since the process started) plus ``stop_latency_s``, because the simulator
-  frees a killed job's slot at the eval itself while the real stop takes that long to deliver;
+  (start-up + time since the process started) plus ``stop_latency_s``, because the simulator
+  frees a killed job's slots at the eval itself while the real stop takes that long to deliver;
 - truth: hacking from the gold label, gold at each eval.
 
-The policy is ``EvalStop(FIFO(), DEFAULT_SPEC)`` watching every job: the same rule the service ran.
+The start-up overhead model is what was measured: the shadow arm's per-job start-ups
+(submission to the training process's first line), as an empirical distribution. The
+prediction is the mean over ``REPLICAS`` seeded replicas, each drawing every job's start-up
+from that distribution, with the 2.5-97.5 % range of the replicas' mean JCT as its band. A
+constant start-up (the mean) is reported alongside.
+
+The policies are ``FIFO()`` (against the shadow arm) and ``EvalStop(FIFO(), DEFAULT_SPEC)``
+watching every job (against the enforced arm): the same rule the service ran.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..detectors import Eval
 
+REPLICAS = 100
+POLICIES = (("shadow", "FIFO"), ("enforced", "EvalStop(FIFO)"))
+
+
+@dataclass(frozen=True)
+class StartupModel:
+    """Measured start-ups (seconds), drawn from with replacement."""
+
+    samples_s: tuple[float, ...]
+
+    @property
+    def mean_s(self) -> float:
+        return float(np.mean(self.samples_s))
+
+    @property
+    def sd_s(self) -> float:
+        return float(np.std(self.samples_s, ddof=1)) if len(self.samples_s) > 1 else 0.0
+
+    def draw(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        return rng.choice(np.asarray(self.samples_s, dtype=float), size=n, replace=True)
+
+    def describe(self) -> dict[str, float]:
+        xs = np.asarray(self.samples_s, dtype=float)
+        return {
+            "mean_s": self.mean_s,
+            "sd_s": self.sd_s,
+            "min_s": float(xs.min()),
+            "p50_s": float(np.median(xs)),
+            "max_s": float(xs.max()),
+            "n": len(xs),
+        }
+
+
+def _ordered(shadow: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(shadow, key=lambda r: (r["arrival_s"], r["name"]))
+
 
 def sim_workload(
-    shadow: list[dict[str, Any]], labels: dict[str, str], slots: int, startup_s: float, stop_latency_s: float
+    shadow: list[dict[str, Any]],
+    labels: dict[str, str],
+    slots: int,
+    startups_s: Sequence[float],
+    stop_latency_s: float,
 ) -> Any:
+    """The simulator's workload: the shadow arm's jobs in arrival order, job ``i`` with start-up
+    ``startups_s[i]``."""
     from ..workloads import KINDS, JobSpec, JobTruth, KindShape, Workload, WorkloadConfig
 
     jobs, truth = [], []
-    for i, r in enumerate(sorted(shadow, key=lambda r: (r["arrival_s"], r["name"]))):
-        duration = startup_s + (r["end_s"] - r["proc_start_s"])
+    for i, (r, startup_s) in enumerate(zip(_ordered(shadow), startups_s, strict=True)):
+        duration = float(startup_s) + (r["end_s"] - r["proc_start_s"])
         evals = tuple(
             Eval(
                 step=e["step"],
@@ -42,7 +92,8 @@ def sim_workload(
         )
         gold = tuple(float(e["gold"]) for e in r["evals"])
         peak = int(np.argmax(gold))
-        jobs.append(JobSpec(i, 0, "rlhf", 1, float(r["arrival_s"]), duration, evals))
+        width = int(r.get("slots", 1))
+        jobs.append(JobSpec(i, 0, "rlhf", width, float(r["arrival_s"]), duration, evals))
         truth.append(
             JobTruth(
                 labels[r["name"]] == "hacking",
@@ -53,20 +104,72 @@ def sim_workload(
                 gold[-1],
             )
         )
-    one_slot = {kind: KindShape((1,), (1.0,), 1.0, 0.5) for kind in KINDS}  # sizes are measured, not drawn
-    config = WorkloadConfig(n_jobs=len(jobs), total_gpus=slots, shapes=one_slot)
+    widths = tuple(range(1, slots + 1))
+    shapes = {kind: KindShape(widths, (1.0,) * slots, 1.0, 0.5) for kind in KINDS}  # sizes are measured
+    config = WorkloadConfig(n_jobs=len(jobs), total_gpus=slots, shapes=shapes)
     return Workload(config, 0, tuple(jobs), tuple(truth))
 
 
-def compare(summary: dict[str, Any], raw: dict[str, list[dict[str, Any]]], slots: int) -> dict[str, Any]:
-    """Simulated vs real (enforced arm): JCT, per-job start time, slot-hours saved, stops."""
+def _simulate(workload: Any, policy: str) -> dict[int, Any]:
     from ..schedulers import FIFO, EvalStop
     from ..sim.cluster import simulate
+
+    scheduler = FIFO() if policy == "FIFO" else EvalStop(FIFO(), watch=None)
+    return {o.job_id: o for o in simulate(workload, scheduler).outcomes}
+
+
+def predict(
+    shadow: list[dict[str, Any]],
+    labels: dict[str, str],
+    slots: int,
+    model: StartupModel,
+    stop_latency_s: float,
+    policy: str,
+    *,
+    replicas: int = REPLICAS,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Per job (by name): the mean over ``replicas`` of the simulated start, end and JCT, and the
+    share of replicas that killed it; and each replica's mean JCT. ``replicas=0``: one run with
+    the constant mean start-up."""
+    names = [r["name"] for r in _ordered(shadow)]
+    n = len(names)
+    if replicas == 0:
+        draws = [np.full(n, model.mean_s)]
+    else:
+        rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0])
+        draws = [model.draw(n, rng) for _ in range(replicas)]
+    starts, ends, arrivals, kills, widths = (np.zeros((len(draws), n)) for _ in range(5))
+    for k, startups in enumerate(draws):
+        outcomes = _simulate(sim_workload(shadow, labels, slots, startups.tolist(), stop_latency_s), policy)
+        for i in range(n):
+            o = outcomes[i]
+            starts[k, i], ends[k, i], arrivals[k, i] = o.start_s, o.end_s, o.arrival_s
+            kills[k, i], widths[k, i] = o.killed, o.gpus
+    jct = ends - arrivals
+    return {
+        "jobs": {
+            name: {
+                "start_s": float(starts[:, i].mean()),
+                "end_s": float(ends[:, i].mean()),
+                "jct_s": float(jct[:, i].mean()),
+                "killed": float(kills[:, i].mean()),
+            }
+            for i, name in enumerate(names)
+        },
+        "replica_jct_mean_s": jct.mean(axis=1).tolist(),
+        "replica_jct_p95_s": np.percentile(jct, 95, axis=1).tolist(),
+        "replica_slot_hours": (((ends - starts) * widths).sum(axis=1) / 3600).tolist(),
+    }
+
+
+def compare(summary: dict[str, Any], raw: dict[str, list[dict[str, Any]]], slots: int) -> dict[str, Any]:
+    """Simulated vs real: JCT, per-job start time, slot-hours saved, stops (see the module doc)."""
     from .summary import labels_from
 
     shadow_jobs = summary["jobs"]["shadow"]
     enforced = {j["name"]: j for j in summary["jobs"]["enforced"]}
-    startup_s = float(np.mean([j["startup_s"] for j in shadow_jobs]))
+    model = StartupModel(tuple(float(j["startup_s"]) for j in shadow_jobs if j["startup_s"] is not None))
     latencies = [
         j["end_s"] - j["stop_decided_s"]
         for j in enforced.values()
@@ -74,47 +177,23 @@ def compare(summary: dict[str, Any], raw: dict[str, list[dict[str, Any]]], slots
     ]
     stop_latency_s = float(np.mean(latencies)) if latencies else 0.0
     labels = labels_from(raw["shadow"])
-    workload = sim_workload(raw["shadow"], labels, slots, startup_s, stop_latency_s)
-    names = [r["name"] for r in sorted(raw["shadow"], key=lambda r: (r["arrival_s"], r["name"]))]
-    sims = {"fifo": simulate(workload, FIFO()), "evalstop": simulate(workload, EvalStop(FIFO(), watch=None))}
-    out: dict[str, Any] = {"startup_s": startup_s, "stop_latency_s": stop_latency_s}
-    for arm, policy in (("shadow", "fifo"), ("enforced", "evalstop")):
+    out: dict[str, Any] = {
+        "startup_model": model.describe(),
+        "startup_s": model.mean_s,
+        "stop_latency_s": stop_latency_s,
+        "replicas": REPLICAS,
+    }
+    for arm, policy in POLICIES:
         real = {j["name"]: j for j in summary["jobs"][arm]}
-        sim = {names[o.job_id]: o for o in sims[policy].outcomes}
-        real_jct = np.array([real[n]["jct_s"] for n in names])
-        sim_jct = np.array([sim[n].jct_s for n in names])
-        start_err = np.array([sim[n].start_s - real[n]["dispatch_s"] for n in names])
-        out[arm] = {
-            "real_jct_mean_s": float(real_jct.mean()),
-            "sim_jct_mean_s": float(sim_jct.mean()),
-            "jct_mean_error": float(sim_jct.mean() / real_jct.mean() - 1),
-            "real_jct_p95_s": float(np.percentile(real_jct, 95)),
-            "sim_jct_p95_s": float(np.percentile(sim_jct, 95)),
-            "jct_p95_error": float(np.percentile(sim_jct, 95) / np.percentile(real_jct, 95) - 1),
-            "start_error_mean_abs_s": float(np.abs(start_err).mean()),
-            "start_error_max_abs_s": float(np.abs(start_err).max()),
-            "sim_slot_hours": sum(sim[n].end_s - sim[n].start_s for n in names) / 3600,
-            "sim_stopped": sorted(n for n in names if sim[n].killed),
-            "sim_jobs": {
-                n: {
-                    "start_s": sim[n].start_s,
-                    "end_s": sim[n].end_s,
-                    "jct_s": sim[n].jct_s,
-                    "killed": sim[n].killed,
-                }
-                for n in names
-            },
-            "real_stopped": sorted(n for n in names if real[n]["enforced_stop"]),
-        }
-    # How much of the error is the start-up drift between the arms (a shared machine's load
-    # changes): the same prediction with the enforced arm's own mean start-up.
-    own_startup = float(np.mean([j["startup_s"] for j in enforced.values()]))
-    own = simulate(
-        sim_workload(raw["shadow"], labels, slots, own_startup, stop_latency_s), EvalStop(FIFO(), watch=None)
-    )
-    own_jct = float(np.mean([o.jct_s for o in own.outcomes]))
-    out["enforced"]["own_startup_s"] = own_startup
-    out["enforced"]["jct_mean_error_own_startup"] = own_jct / out["enforced"]["real_jct_mean_s"] - 1
+        dist = predict(raw["shadow"], labels, slots, model, stop_latency_s, policy)
+        const = predict(raw["shadow"], labels, slots, model, stop_latency_s, policy, replicas=0)
+        out[arm] = _errors(real, dist) | {"constant_startup": _errors(real, const)}
+    # Diagnostic: the same prediction with the enforced arm's own measured start-ups, to separate
+    # the model's error from a start-up overhead that changed between the arms.
+    own = StartupModel(tuple(float(j["startup_s"]) for j in enforced.values() if j["startup_s"] is not None))
+    own_pred = predict(raw["shadow"], labels, slots, own, stop_latency_s, "EvalStop(FIFO)")
+    out["enforced"]["own_startup_model"] = own.describe()
+    out["enforced"]["jct_mean_error_own_startup"] = _errors(enforced, own_pred)["jct_mean_error"]
     out["slot_hours_saved"] = {
         "real": summary["comparison"]["slot_hours_saved"],
         "sim": out["shadow"]["sim_slot_hours"] - out["enforced"]["sim_slot_hours"],
@@ -122,40 +201,73 @@ def compare(summary: dict[str, Any], raw: dict[str, list[dict[str, Any]]], slots
     return out
 
 
+def _errors(real: dict[str, dict[str, Any]], pred: dict[str, Any]) -> dict[str, Any]:
+    sim = pred["jobs"]
+    names = list(sim)
+    real_jct = np.array([real[n]["jct_s"] for n in names])
+    sim_jct = np.array([sim[n]["jct_s"] for n in names])
+    start_err = np.array([sim[n]["start_s"] - real[n]["dispatch_s"] for n in names])
+    band = np.percentile(pred["replica_jct_mean_s"], [2.5, 97.5])
+    real_mean, real_p95 = float(real_jct.mean()), float(np.percentile(real_jct, 95))
+    return {
+        "real_jct_mean_s": real_mean,
+        "sim_jct_mean_s": float(sim_jct.mean()),
+        "sim_jct_mean_band_s": [float(band[0]), float(band[1])],
+        "jct_mean_error": float(sim_jct.mean()) / real_mean - 1,
+        "real_jct_p95_s": real_p95,
+        "sim_jct_p95_s": float(np.mean(pred["replica_jct_p95_s"])),
+        "jct_p95_error": float(np.mean(pred["replica_jct_p95_s"])) / real_p95 - 1,
+        "start_error_mean_s": float(start_err.mean()),
+        "start_error_mean_abs_s": float(np.abs(start_err).mean()),
+        "start_error_max_abs_s": float(np.abs(start_err).max()),
+        "start_errors_s": {n: float(e) for n, e in zip(names, start_err, strict=True)},
+        "sim_slot_hours": float(np.mean(pred["replica_slot_hours"])),
+        "sim_stopped": sorted(n for n in names if sim[n]["killed"] >= 0.5),
+        "sim_jobs": sim,
+        "real_stopped": sorted(n for n in names if real[n]["enforced_stop"]),
+    }
+
+
 def markdown(check: dict[str, Any]) -> str:
+    m = check["startup_model"]
     lines = [
         "",
         "## Simulator against the testbed",
         "",
-        f"Start-up overhead model {check['startup_s']:.2f} s (shadow arm mean); stop latency "
+        f"Start-up overhead model: the shadow arm's {m['n']} measured start-ups (submission to the "
+        f"process's first line), mean {m['mean_s']:.2f} s, sd {m['sd_s']:.2f} s, range {m['min_s']:.2f}-"
+        f"{m['max_s']:.2f} s, drawn per job in {check['replicas']} seeded replicas. Stop latency "
         f"{check['stop_latency_s']:.2f} s (enforced arm mean, decision to Ray end).",
         "",
-        "| arm (sim policy) | real JCT mean | sim JCT mean | error | real p95 | sim p95 | error | "
-        "start-time error mean / max abs |",
-        "|---|---|---|---|---|---|---|---|",
+        "| arm (sim policy) | real JCT mean | sim JCT mean [band] | error | error, constant start-up | "
+        "real p95 | sim p95 | error | start-time error mean / mean abs / max abs |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    for arm, policy in (("shadow", "FIFO"), ("enforced", "EvalStop(FIFO)")):
+    for arm, policy in POLICIES:
         c = check[arm]
+        lo, hi = c["sim_jct_mean_band_s"]
         lines.append(
-            f"| {arm} ({policy}) | {c['real_jct_mean_s']:.1f} | {c['sim_jct_mean_s']:.1f} | "
-            f"{c['jct_mean_error']:+.1%} | {c['real_jct_p95_s']:.1f} | {c['sim_jct_p95_s']:.1f} | "
-            f"{c['jct_p95_error']:+.1%} | {c['start_error_mean_abs_s']:.2f} / "
+            f"| {arm} ({policy}) | {c['real_jct_mean_s']:.1f} | "
+            f"{c['sim_jct_mean_s']:.1f} [{lo:.1f}, {hi:.1f}] | "
+            f"{c['jct_mean_error']:+.1%} | {c['constant_startup']['jct_mean_error']:+.1%} | "
+            f"{c['real_jct_p95_s']:.1f} | {c['sim_jct_p95_s']:.1f} | {c['jct_p95_error']:+.1%} | "
+            f"{c['start_error_mean_s']:+.2f} / {c['start_error_mean_abs_s']:.2f} / "
             f"{c['start_error_max_abs_s']:.2f} s |"
         )
     saved = check["slot_hours_saved"]
-    same = check["enforced"]["sim_stopped"] == check["enforced"]["real_stopped"]
+    e = check["enforced"]
+    same = e["sim_stopped"] == e["real_stopped"]
+    own = e["own_startup_model"]
     lines += [
         "",
         f"Slot-hours saved: real {saved['real']:.4f}, simulated {saved['sim']:.4f}. "
         f"Simulated stops {'match' if same else 'differ from'} the real ones "
-        f"({len(check['enforced']['sim_stopped'])} vs {len(check['enforced']['real_stopped'])}).",
+        f"({len(e['sim_stopped'])} vs {len(e['real_stopped'])}).",
         "",
-    ]
-    own = check["enforced"]
-    lines += [
-        f"With the enforced arm's own mean start-up ({own['own_startup_s']:.2f} s) instead of the shadow "
-        f"arm's, the enforced prediction's mean JCT error is {own['jct_mean_error_own_startup']:+.1%}: the "
-        "difference is start-up drift between the arms (the load of a shared machine changes).",
+        f"Diagnostic: with the enforced arm's own start-ups (mean {own['mean_s']:.2f} s, "
+        f"sd {own['sd_s']:.2f} s) "
+        f"instead of the shadow arm's, the enforced prediction's mean JCT error is "
+        f"{e['jct_mean_error_own_startup']:+.1%}.",
         "",
     ]
     return "\n".join(lines)

@@ -1,7 +1,8 @@
 """Per-job outcomes and per-arm figures of a testbed run (docs/testbed.md defines each one).
 
 - JCT: end (Ray's end time) minus arrival; wait: dispatch minus arrival; slot-seconds: end
-  minus dispatch (a slot is held from submission to Ray until Ray reports the job terminal);
+  minus dispatch, times the job's width (its slots are held from submission to Ray until Ray
+  reports the job terminal);
   start-up: the training process's first line minus dispatch.
 - Ground truth: each job's label from its gold curve in the shadow arm (it runs to the end),
   with the curve bank's rule (:func:`evalstop.workloads.bank.label_curve`).
@@ -36,6 +37,7 @@ def outcome(record: dict[str, Any], label: str) -> dict[str, Any]:
     return {
         "name": record["name"],
         "kind": record["kind"],
+        "slots": record.get("slots", 1),
         "label": label,
         "ray_status": record["ray_status"],
         "arrival_s": record["arrival_s"],
@@ -43,7 +45,7 @@ def outcome(record: dict[str, Any], label: str) -> dict[str, Any]:
         "end_s": record["end_s"],
         "jct_s": record["end_s"] - record["arrival_s"],
         "wait_s": record["dispatch_s"] - record["arrival_s"],
-        "slot_s": record["end_s"] - record["dispatch_s"],
+        "slot_s": (record["end_s"] - record["dispatch_s"]) * record.get("slots", 1),
         "startup_s": None
         if record["proc_start_s"] is None
         else record["proc_start_s"] - record["dispatch_s"],

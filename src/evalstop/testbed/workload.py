@@ -7,6 +7,10 @@ policy trained by REINFORCE), differing only in what they optimise:
   over-rates (gold rises, then falls);
 - ``healthy``: gold itself (the control family of the curve bank; gold keeps rising).
 
+A job takes 1 to ``max_slots`` slots (drawn uniformly from its own seeded stream; 1 for every job
+by default). A wider job holds its slots for its whole run; its training is the same (the
+stand-in for a job whose size grows with its width), so width changes only what it occupies.
+
 The label used as ground truth is not the kind: it is computed from each job's measured gold
 curve with the curve bank's rule (:func:`evalstop.workloads.bank.label_curve`).
 """
@@ -42,6 +46,7 @@ class WorkloadSpec:
     n_steps: int = 150
     n_evals: int = 15
     step_time_s: float = 0.06
+    max_slots: int = 1
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
@@ -52,6 +57,7 @@ class WorkloadSpec:
         check_int(owner, "n_steps", self.n_steps, min_value=1)
         check_int(owner, "n_evals", self.n_evals, min_value=1)
         check_float(owner, "step_time_s", self.step_time_s, low=0.0)
+        check_int(owner, "max_slots", self.max_slots, min_value=1)
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,7 @@ class JobPlan:
     n_steps: int
     n_evals: int
     step_time_s: float
+    slots: int = 1
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -75,9 +82,10 @@ class JobPlan:
 
 
 def make_plan(spec: WorkloadSpec) -> list[JobPlan]:
-    """The trace: deterministic in ``spec.seed`` (streams: arrivals, kinds, job seeds)."""
-    arrivals_rng, kinds_rng, seeds_rng = (
-        np.random.default_rng(s) for s in np.random.SeedSequence(spec.seed).spawn(3)
+    """The trace: deterministic in ``spec.seed`` (streams: arrivals, kinds, job seeds, widths;
+    the first three are those of a one-slot trace, so ``max_slots=1`` leaves a trace unchanged)."""
+    arrivals_rng, kinds_rng, seeds_rng, widths_rng = (
+        np.random.default_rng(s) for s in np.random.SeedSequence(spec.seed).spawn(4)
     )
     gaps = arrivals_rng.exponential(spec.mean_interarrival_s, size=spec.n_jobs)
     gaps[0] = 0.0
@@ -86,6 +94,7 @@ def make_plan(spec: WorkloadSpec) -> list[JobPlan]:
     kinds = np.array(["hack"] * n_hack + ["healthy"] * (spec.n_jobs - n_hack))
     kinds_rng.shuffle(kinds)
     seeds = seeds_rng.integers(0, 2**31 - 1, size=spec.n_jobs)
+    widths = widths_rng.integers(1, spec.max_slots + 1, size=spec.n_jobs)
     return [
         JobPlan(
             f"job-{i:03d}",
@@ -95,6 +104,7 @@ def make_plan(spec: WorkloadSpec) -> list[JobPlan]:
             spec.n_steps,
             spec.n_evals,
             spec.step_time_s,
+            int(widths[i]),
         )
         for i in range(spec.n_jobs)
     ]
