@@ -69,6 +69,9 @@ def main() -> None:
     parser.add_argument("--step-time", type=float, default=0.06)
     parser.add_argument("--out", type=Path, default=Path("bench-testbed"))
     parser.add_argument(
+        "--sequential", action="store_true", help="one arm after the other (default: both at once)"
+    )
+    parser.add_argument(
         "--reuse",
         action="store_true",
         help="redo the analysis and report of a seed from its stored raw.json instead of running it",
@@ -82,6 +85,7 @@ def main() -> None:
         command = (
             f"python bench/testbed.py --jobs {args.jobs} --slots {args.slots} --seeds {seed} "
             f"--interarrival {args.interarrival} --step-time {args.step_time}"
+            + (" --sequential" if args.sequential else "")
         )
         folder = args.out / f"seed-{seed}"
         if args.reuse and (folder / "raw.json").exists():
@@ -89,7 +93,7 @@ def main() -> None:
             meta = {k: old.get(k) for k in ("spec", "plan", "warm_up_s")} | {"command": command}
             summary = finish(folder, json.loads((folder / "raw.json").read_text()), meta)
         else:
-            summary = run_testbed(spec, args.slots, args.out / f"seed-{seed}", command=command)
+            summary = run_testbed(spec, args.slots, folder, command=command, concurrent=not args.sequential)
         rows.append(figures(summary))
         print(
             f"seed {seed}: "

@@ -152,7 +152,7 @@ def test_existing_cluster_and_multi_slot_jobs(
     from evalstop.testbed.simcheck import StartupModel, predict
     from evalstop.testbed.summary import labels_from
 
-    head = start_ray(tmp_path / "head", 2)  # started here, not by the testbed
+    head = start_ray(tmp_path / "head", 4)  # started here, not by the testbed: 2 slots per arm
     try:
         monkeypatch.setenv("RAY_AUTH_TOKEN", head.info["token"])
         address = head.info["address"].removeprefix("http://")

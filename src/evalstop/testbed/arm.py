@@ -37,15 +37,26 @@ class Running:
 
 
 def run_arm(
-    arm: str, plan: list[JobPlan], root: Path, ray: Proc, server: Proc, *, timeout_s: float = 1800.0
+    arm: str,
+    plan: list[JobPlan],
+    root: Path,
+    ray: Proc,
+    server: Proc,
+    *,
+    timeout_s: float = 1800.0,
+    start_at: float | None = None,
 ) -> list[dict[str, Any]]:
-    """Run the trace in ``arm`` ("shadow" or "enforced"); one raw record per job."""
+    """Run the trace in ``arm`` ("shadow" or "enforced") on ``ray.info["slots"]`` slots; one raw
+    record per job. ``start_at`` (a ``time.time()``): the trace's time zero, so that two arms run
+    at the same time see the same arrivals at the same instants (default: now)."""
     out = root / arm
     out.mkdir(parents=True, exist_ok=True)
     token_file = _create_tenant(server, arm, out, ray)
     ray_api = api(ray.info["address"], ray.info["token"])
     svc = api(server.info["url"], token_file.read_text().strip())
-    t0 = time.time()
+    if start_at is not None:
+        time.sleep(max(0.0, start_at - time.time()))
+    t0 = time.time() if start_at is None else start_at
     pending = deque(sorted(plan, key=lambda j: (j.arrival_s, j.name)))
     queue: deque[JobPlan] = deque()
     running: dict[str, Running] = {}

@@ -48,6 +48,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--steps", type=int, default=150, help="training steps per job (default 150)")
     parser.add_argument("--evals", type=int, default=15, help="evals per job (default 15)")
+    parser.add_argument(
+        "--sequential",
+        action="store_true",
+        help="run the shadow arm, then the enforced arm, on --slots slots (default: both at once, "
+        "each on --slots of 2 x --slots)",
+    )
     parser.add_argument("--out", type=Path, default=Path("testbed-out"), help="output directory")
     parser.set_defaults(run=run)
 
@@ -81,7 +87,14 @@ def run(args: argparse.Namespace) -> int:
         if importlib.util.find_spec(module) is None:
             raise ModuleNotFoundError(f"No module named {module!r}", name=module)
     command = "evalstop " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["testbed"] else "evalstop testbed"
-    summary = run_testbed(spec, args.slots, args.out, command=command, ray_address=args.ray_address)
+    summary = run_testbed(
+        spec,
+        args.slots,
+        args.out,
+        command=command,
+        ray_address=args.ray_address,
+        concurrent=not args.sequential,
+    )
     print((args.out / "summary.md").read_text(), end="")
     c = summary["comparison"]
     print(

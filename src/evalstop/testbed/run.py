@@ -10,6 +10,8 @@ import secrets
 import shutil
 import signal
 import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,7 @@ from .cluster import Proc, api, connect_ray, pids_naming, start_ray, start_servi
 from .report import write_report
 from .simcheck import compare
 from .summary import summarise
-from .workload import WorkloadSpec, make_plan
+from .workload import JobPlan, WorkloadSpec, make_plan
 
 ARMS = ("shadow", "enforced")
 
@@ -31,10 +33,17 @@ def run_testbed(
     command: str = "",
     timeout_s: float = 1800.0,
     ray_address: str | None = None,
+    concurrent: bool = True,
 ) -> dict[str, Any]:
-    """Start the cluster (or connect to ``ray_address``), run the shadow then the enforced arm
-    over the same trace, clean up, and write ``raw.json``, ``summary.json``, ``summary.md`` and
-    the report (``report.md``, ``report.html``, PNGs) to ``out``."""
+    """Start the cluster (or connect to ``ray_address``), run the shadow and the enforced arm over
+    the same trace, clean up, and write ``raw.json``, ``summary.json``, ``summary.md`` and the
+    report (``report.md``, ``report.html``, PNGs) to ``out``.
+
+    ``concurrent`` (the default): both arms at the same time, each on its own ``slots`` slots of
+    one cluster of ``2 * slots`` (each arm's dispatcher keeps to its share), so that both see
+    the same machine at the same moments (on a shared machine, the load, and with it the jobs'
+    start-up, drifts over minutes). Otherwise the shadow arm, then the enforced arm, on ``slots``.
+    """
     if slots < 1:
         raise ValueError(f"The 'slots' parameter of run_testbed must be an int >= 1. Got {slots!r} instead.")
     if spec.max_slots > slots:
@@ -48,14 +57,15 @@ def run_testbed(
     ray_root = Path(tempfile.mkdtemp(prefix="evs-tb-"))  # short: Ray's socket paths have a length limit
     raw: dict[str, list[dict[str, Any]]] = {}
     warm_up_s = float("nan")
-    ray = connect_ray(ray_address, slots) if ray_address else start_ray(ray_root, slots)
+    total = slots * (len(ARMS) if concurrent else 1)
+    ray = connect_ray(ray_address, total) if ray_address else start_ray(ray_root, total)
     ray.info["run_id"] = secrets.token_hex(3)
+    ray.info["slots"] = str(slots)  # per arm
     try:
         server = start_service(out, ray)
         try:
             warm_up_s = warm_up(ray)
-            for arm in ARMS:
-                raw[arm] = run_arm(arm, plan, out, ray, server, timeout_s=timeout_s)
+            raw = _run_arms(plan, out, ray, server, timeout_s, concurrent)
         finally:
             stop(server)
     finally:
@@ -69,7 +79,7 @@ def run_testbed(
         shutil.rmtree(ray_root, ignore_errors=True)
     (out / "raw.json").write_text(json.dumps(raw, indent=1))
     meta = {
-        "spec": {**spec.__dict__, "slots": slots, "ray_address": ray_address},
+        "spec": {**spec.__dict__, "slots": slots, "ray_address": ray_address, "concurrent": concurrent},
         "warm_up_s": warm_up_s,
         "plan": [j.to_json() for j in plan],
         "command": command,
@@ -87,6 +97,20 @@ def finish(out: Path, raw: dict[str, list[dict[str, Any]]], meta: dict[str, Any]
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     write_report(out, summary, raw)
     return summary
+
+
+def _run_arms(
+    plan: list[JobPlan], out: Path, ray: Proc, server: Proc, timeout_s: float, concurrent: bool
+) -> dict[str, list[dict[str, Any]]]:
+    if not concurrent:
+        return {arm: run_arm(arm, plan, out, ray, server, timeout_s=timeout_s) for arm in ARMS}
+    start_at = time.time() + 2.0  # after both tenants exist
+    with ThreadPoolExecutor(len(ARMS), thread_name_prefix="testbed-arm") as pool:
+        futures = {
+            arm: pool.submit(run_arm, arm, plan, out, ray, server, timeout_s=timeout_s, start_at=start_at)
+            for arm in ARMS
+        }
+        return {arm: future.result() for arm, future in futures.items()}
 
 
 def _stop_our_jobs(ray: Proc) -> None:
