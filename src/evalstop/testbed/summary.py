@@ -140,6 +140,8 @@ def markdown(summary: dict[str, Any], command: str) -> str:
         "",
         f"Command: `{command}`",
         "",
+        _setting(summary.get("spec", {})),
+        "",
         "| | shadow | enforced |",
         "|---|---|---|",
     ]
@@ -164,6 +166,22 @@ def markdown(summary: dict[str, Any], command: str) -> str:
             f"{_fmt(s['delivered_gold'], '.3f')} / {_fmt(e['delivered_gold'], '.3f')} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _setting(spec: dict[str, Any]) -> str:
+    if not spec:
+        return ""
+    cluster = f"the Ray cluster at {spec['ray_address']}" if spec.get("ray_address") else "a private Ray head"
+    arms = (
+        f"both arms at the same time, each on its own {spec['slots']} slots of {cluster}"
+        if spec.get("concurrent")
+        else f"the shadow arm, then the enforced arm, on {spec['slots']} slots of {cluster}"
+    )
+    return (
+        f"{spec['n_jobs']} jobs (seed {spec['seed']}, mean interarrival {spec['mean_interarrival_s']} s, "
+        f"{spec['n_steps']} steps of {spec['step_time_s']} s, {spec['n_evals']} evals, 1-"
+        f"{spec.get('max_slots', 1)} slots each); {arms}."
+    )
 
 
 def _fmt(value: Any, fmt: str) -> str:
