@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from evalstop.experiments.stats import mean_ci
-from evalstop.testbed import WorkloadSpec
+from evalstop.testbed import WorkloadSpec, make_plan
 from evalstop.testbed.run import finish, run_testbed
 
 
@@ -89,8 +89,17 @@ def main() -> None:
         )
         folder = args.out / f"seed-{seed}"
         if args.reuse and (folder / "raw.json").exists():
-            old = json.loads((folder / "summary.json").read_text())
-            meta = {k: old.get(k) for k in ("spec", "plan", "warm_up_s")} | {"command": command}
+            meta = {
+                "spec": {
+                    **spec.__dict__,
+                    "slots": args.slots,
+                    "ray_address": None,
+                    "concurrent": not args.sequential,
+                },
+                "plan": [j.to_json() for j in make_plan(spec)],
+                "warm_up_s": None,
+                "command": command,
+            }
             summary = finish(folder, json.loads((folder / "raw.json").read_text()), meta)
         else:
             summary = run_testbed(spec, args.slots, folder, command=command, concurrent=not args.sequential)

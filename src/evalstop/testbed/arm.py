@@ -228,10 +228,8 @@ def warm_up(ray: Proc, timeout_s: float = 180.0) -> float:
     client = api(ray.info["address"], ray.info["token"])
     started = time.time()
     try:
-        resp = client.post(
-            "/api/jobs/",
-            json={"entrypoint": shlex.join([sys.executable, "-c", code]), "entrypoint_resources": {SLOT: 1}},
-        )
+        body = {"entrypoint": shlex.join([sys.executable, "-c", code]), "entrypoint_resources": {SLOT: 1}}
+        resp = _first_submit(client, body, started + timeout_s)
         if resp.status_code >= 400:
             raise RuntimeError(f"Ray refused the warm-up job: {resp.status_code} {resp.text[:500]}")
         sid = resp.json()["submission_id"]
@@ -246,3 +244,18 @@ def warm_up(ray: Proc, timeout_s: float = 180.0) -> float:
     finally:
         client.close()
     raise TimeoutError(f"the warm-up job did not finish in {timeout_s} s")
+
+
+def _first_submit(client: Any, body: dict[str, Any], deadline: float) -> Any:
+    """POST a job, again while a just-started head's job agent is not up (5xx, dropped connection)."""
+    import httpx
+
+    while True:
+        try:
+            resp = client.post("/api/jobs/", json=body)
+            if resp.status_code < 500 or time.time() > deadline:
+                return resp
+        except httpx.TransportError:
+            if time.time() > deadline:
+                raise
+        time.sleep(1.0)

@@ -3,7 +3,7 @@
 - JCT: end (Ray's end time) minus arrival; wait: dispatch minus arrival; slot-seconds: end
   minus dispatch, times the job's width (its slots are held from submission to Ray until Ray
   reports the job terminal);
-  start-up: the training process's first line minus dispatch.
+  start-up: the training process's first line minus dispatch; training: end minus that line.
 - Ground truth: each job's label from its gold curve in the shadow arm (it runs to the end),
   with the curve bank's rule (:func:`evalstop.workloads.bank.label_curve`).
 - Delivered checkpoint: for a job the service stopped (enforced arm), the decision's best
@@ -49,6 +49,8 @@ def outcome(record: dict[str, Any], label: str) -> dict[str, Any]:
         "startup_s": None
         if record["proc_start_s"] is None
         else record["proc_start_s"] - record["dispatch_s"],
+        "proc_start_s": record["proc_start_s"],
+        "train_s": None if record["proc_start_s"] is None else record["end_s"] - record["proc_start_s"],
         "decided_stop": decision is not None,
         "enforced_stop": enforced,
         "stop_step": None if decision is None else decision["step"],
