@@ -28,6 +28,7 @@ pytest.importorskip("fastapi", reason="the testbed needs the service extra: pip 
 from evalstop.testbed import WorkloadSpec
 from evalstop.testbed.cluster import pids_naming
 from evalstop.testbed.run import run_testbed
+from evalstop.testbed.simcheck import slot_ready_s
 from evalstop.testbed.summary import stop_decision
 
 pytestmark = pytest.mark.slow
@@ -131,8 +132,11 @@ def test_report_files_carry_the_numbers(run: tuple[Path, dict[str, Any], dict[st
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"]({png})" in md
     assert page.count("src='data:image/png;base64,") == 2 and "<table>" in page
-    # the start-up model is the shadow arm's measured start-ups, and the prediction is per job
-    measured = sorted(j["startup_s"] for j in summary["jobs"]["shadow"])
+    # the start-up model is the shadow arm's measured start-ups (slots free to the process's first
+    # line), and the prediction is per job
+    shadow = summary["jobs"]["shadow"]
+    measured = sorted(j["proc_start_s"] - slot_ready_s(j, shadow) for j in shadow)
+    assert all(j["arrival_s"] <= slot_ready_s(j, shadow) <= j["dispatch_s"] for j in shadow)
     assert sim["startup_model"]["n"] == len(measured) == SPEC.n_jobs
     assert sim["startup_model"]["min_s"] == measured[0] and sim["startup_model"]["max_s"] == measured[-1]
     assert set(sim["enforced"]["start_errors_s"]) == {j["name"] for j in summary["jobs"]["enforced"]}
