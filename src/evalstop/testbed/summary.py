@@ -179,10 +179,11 @@ def _setting(spec: dict[str, Any]) -> str:
         if spec.get("concurrent")
         else f"the shadow arm, then the enforced arm, on {spec['slots']} slots of {cluster}"
     )
+    width = "1 slot" if spec.get("max_slots", 1) == 1 else f"1-{spec['max_slots']} slots"
     return (
         f"{spec['n_jobs']} jobs (seed {spec['seed']}, mean interarrival {spec['mean_interarrival_s']} s, "
-        f"{spec['n_steps']} steps of {spec['step_time_s']} s, {spec['n_evals']} evals, 1-"
-        f"{spec.get('max_slots', 1)} slots each); {arms}."
+        f"{spec['n_steps']} steps of {spec['step_time_s']} s, {spec['n_evals']} evals, "
+        f"{width} each); {arms}."
     )
 
 
