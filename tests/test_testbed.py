@@ -109,7 +109,12 @@ def test_same_seeds_same_curves_and_clean_exit(run: tuple[Path, dict[str, Any], 
     for record in raw["enforced"]:
         full = [(e["step"], e["score"], e["gold"]) for e in shadow[record["name"]]["evals"]]
         assert [(e["step"], e["score"], e["gold"]) for e in record["evals"]] == full[: len(record["evals"])]
-    assert summary["comparison"]["slot_hours_saved"] > 0
+    # the stops saved training time (total slot time also carries the start-ups, which on a loaded
+    # machine vary by more than the 8-job trace saves)
+    train = {
+        arm: sum(j["train_s"] * j["slots"] for j in summary["jobs"][arm]) for arm in ("shadow", "enforced")
+    }
+    assert train["enforced"] < train["shadow"] - 1.0, train
     assert not pids_naming(str(out))  # no job, head or server left behind
 
 

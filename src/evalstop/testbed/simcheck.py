@@ -357,9 +357,10 @@ def markdown(check: dict[str, Any]) -> str:
     for arm, policy in POLICIES:
         c = check[arm]
         lo, hi = c["sim_jct_mean_band_s"]
+        band = f" [{lo:.1f}, {hi:.1f}]" if hi > lo else ""
         lines.append(
             f"| {arm} ({policy}) | {c['real_jct_mean_s']:.1f} | "
-            f"{c['sim_jct_mean_s']:.1f} [{lo:.1f}, {hi:.1f}] | {c['jct_mean_error']:+.1%} | "
+            f"{c['sim_jct_mean_s']:.1f}{band} | {c['jct_mean_error']:+.1%} | "
             f"{c['real_jct_p95_s']:.1f} | {c['sim_jct_p95_s']:.1f} | {c['jct_p95_error']:+.1%} | "
             f"{c['start_error_mean_s']:+.2f} / {c['start_error_mean_abs_s']:.2f} / "
             f"{c['start_error_max_abs_s']:.2f} s |"
