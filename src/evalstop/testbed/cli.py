@@ -15,7 +15,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--slots",
         type=int,
         default=2,
-        help="slots of the local Ray head, or to use of --ray-address (default 2)",
+        help="slots per arm (the cluster needs twice that unless --sequential; default 2)",
     )
     parser.add_argument(
         "--max-slots",
