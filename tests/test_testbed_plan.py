@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
 from evalstop import Monitor
@@ -91,7 +94,9 @@ def test_rule_scores_leave_borderline_out() -> None:
 
 
 @pytest.mark.parametrize(("argv", "message"), [(["--slots", "0"], "'--slots' parameter"),
-                                               (["--jobs", "0"], "'n_jobs' parameter")])
+                                               (["--jobs", "0"], "'n_jobs' parameter"),
+                                               (["--max-slots", "3"], "'--max-slots' parameter"),
+                                               (["--max-slots", "0"], "'max_slots' parameter")])
 def test_cli_refuses_bad_sizes_before_starting_anything(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -125,3 +130,77 @@ def test_slurm_times_parse_and_unknown_times_are_none() -> None:
 
     assert _slurm_time("2026-12-01T08:08:00") == time.mktime((2026, 12, 1, 8, 8, 0, 0, 0, -1))
     assert _slurm_time("N/A") is None and _slurm_time("Unknown") is None and _slurm_time("") is None
+
+
+def test_widths_are_seeded_and_leave_a_one_slot_trace_unchanged() -> None:
+    one = make_plan(WorkloadSpec(n_jobs=30, seed=2))
+    wide = make_plan(WorkloadSpec(n_jobs=30, seed=2, max_slots=3))
+    assert {j.slots for j in one} == {1} and {j.slots for j in wide} == {1, 2, 3}
+    assert [(j.arrival_s, j.kind, j.seed) for j in one] == [(j.arrival_s, j.kind, j.seed) for j in wide]
+    assert wide == make_plan(WorkloadSpec(n_jobs=30, seed=2, max_slots=3))
+
+
+def _shadow(n: int, startup_of: Callable[[float], float], widths: list[int]) -> list[dict[str, Any]]:
+    """A shadow arm as the testbed records it: 2 slots, strict FIFO, 10 s of training a job,
+    arrivals every 2 s, a start-up that depends on when the job was dispatched."""
+    jobs: list[dict[str, Any]] = []
+    free = [0.0, 0.0]
+    for i in range(n):
+        arrival, width = 2.0 * i, widths[i]
+        free.sort()
+        dispatch = max(arrival, free[width - 1], jobs[-1]["dispatch_s"] if jobs else 0.0)
+        proc = dispatch + startup_of(dispatch)
+        end = proc + 10.0
+        for k in range(width):
+            free[k] = end
+        evals = [{"step": s, "score": 0.5, "gold": 0.5, "t": proc + s / 10} for s in range(10, 101, 10)]
+        jobs.append({"name": f"job-{i:03d}", "arrival_s": arrival, "dispatch_s": dispatch,
+                     "proc_start_s": proc, "end_s": end, "slots": width, "evals": evals,
+                     "startup_s": proc - dispatch})
+    return jobs
+
+
+def test_timed_start_up_follows_the_load_and_the_constant_one_does_not() -> None:
+    from evalstop.testbed.simcheck import StartupModel, predict
+
+    def startup(t: float) -> float:  # a quiet machine, then a loaded one
+        return 1.0 if t < 60 else 8.0
+
+    shadow = _shadow(40, startup, [1] * 40)
+    labels = {j["name"]: "healthy" for j in shadow}
+    model = StartupModel.measured(shadow)
+    assert model.at(np.array([0.0, 500.0])).tolist() == [1.0, 8.0]
+    real_jct = np.mean([j["end_s"] - j["arrival_s"] for j in shadow])
+    timed = predict(shadow, labels, 2, model, 0.0, "FIFO", mode="timed")
+    const = predict(shadow, labels, 2, model, 0.0, "FIFO", mode="constant")
+    timed_jct = np.mean([j["jct_s"] for j in timed["jobs"].values()])
+    const_jct = np.mean([j["jct_s"] for j in const["jobs"].values()])
+    assert abs(timed_jct / real_jct - 1) < 0.02 < abs(const_jct / real_jct - 1)
+    with pytest.raises(ValueError, match="'mode' parameter of predict"):
+        predict(shadow, labels, 2, model, 0.0, "FIFO", mode="median")
+
+
+def test_simulator_runs_the_jobs_widths() -> None:
+    from evalstop.testbed.simcheck import StartupModel, predict
+
+    widths = [1, 2, 1, 1, 2, 1, 2, 2, 1, 1]
+    shadow = _shadow(len(widths), lambda t: 2.0, widths)
+    labels = {j["name"]: "healthy" for j in shadow}
+    sim = predict(shadow, labels, 2, StartupModel.measured(shadow), 0.0, "FIFO", mode="constant")["jobs"]
+    runs = list(zip(sim.values(), widths, strict=True))
+    for name, job in sim.items():
+        busy = sum(w for k, w in runs if k["start_s"] <= job["start_s"] < k["end_s"])
+        assert busy <= 2, name
+    for real, (name, job) in zip(shadow, sim.items(), strict=True):  # strict FIFO, same as the dispatcher
+        assert job["start_s"] == pytest.approx(real["dispatch_s"]), name
+
+
+def test_report_html_is_one_file_with_tables_and_figures(tmp_path: Path) -> None:
+    from evalstop.testbed.report import render_html
+
+    (tmp_path / "f.png").write_bytes(b"\x89PNG\r\n\x1a\nfake")
+    md = "# Title\n\nText with `code` and **bold** <b>.\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n![fig](f.png)\n"
+    page = render_html(md, tmp_path)
+    assert "<h1>Title</h1>" in page and "<code>code</code>" in page and "<b>bold</b> &lt;b&gt;" in page
+    assert "<tr><th>a</th><th>b</th></tr><tr><td>1</td><td>2</td></tr>" in page
+    assert "src='data:image/png;base64," in page

@@ -1,10 +1,12 @@
 """One arm of the testbed: the trace through a FIFO queue onto the engine's slots.
 
-The dispatcher is the base scheduler (FIFO, one slot per job): a job joins the queue at its
-arrival time; while a slot is free the head of the queue is handed to the engine (Ray or Slurm,
-:mod:`.engine`), which registers it with the EvalStop service (its engine reference as the
-external reference) before it can start. A slot is free again when the engine reports the job
-terminal. Every time is wall-clock (``time.time()``), relative to the arm's start in the records.
+The dispatcher is the base scheduler (strict FIFO, as the simulator's ``FIFO()``): a job joins
+the queue at its arrival time; while the head of the queue fits in the arm's free slots it is
+handed to the engine (Ray or Slurm, :mod:`.engine`) with its width, and the engine registers it
+with the EvalStop service (its engine reference as the external reference) before it can start;
+a wider head blocks the jobs behind it. Slots are free again when the engine reports the job
+terminal. An arm keeps to its own ``slots`` (two arms may share one cluster). Every time is
+wall-clock (``time.time()``), relative to the arm's start in the records.
 """
 
 from __future__ import annotations
@@ -35,14 +37,26 @@ class Running:
 
 
 def run_arm(
-    arm: str, plan: list[JobPlan], root: Path, engine: Engine, server: Proc, *, timeout_s: float = 1800.0
+    arm: str,
+    plan: list[JobPlan],
+    root: Path,
+    engine: Engine,
+    server: Proc,
+    *,
+    slots: int,
+    timeout_s: float = 1800.0,
+    start_at: float | None = None,
 ) -> list[dict[str, Any]]:
-    """Run the trace in ``arm`` ("shadow" or "enforced"); one raw record per job."""
+    """Run the trace in ``arm`` ("shadow" or "enforced") on ``slots`` of the engine's slots; one
+    raw record per job. ``start_at`` (a ``time.time()``): the trace's time zero, so that two arms
+    run at the same time see the same arrivals at the same instants (default: now)."""
     out = root / arm
     out.mkdir(parents=True, exist_ok=True)
     token_file = _create_tenant(server, arm, out, engine)
     svc = api(server.info["url"], token_file.read_text().strip())
-    t0 = time.time()
+    if start_at is not None:
+        time.sleep(max(0.0, start_at - time.time()))
+    t0 = time.time() if start_at is None else start_at
     pending = deque(sorted(plan, key=lambda j: (j.arrival_s, j.name)))
     queue: deque[JobPlan] = deque()
     running: dict[str, Running] = {}
@@ -53,7 +67,7 @@ def run_arm(
             raise TimeoutError(f"arm {arm}: not finished after {timeout_s} s; running {sorted(running)}")
         while pending and t0 + pending[0].arrival_s <= now:
             queue.append(pending.popleft())
-        while queue and len(running) < engine.slots:
+        while queue and sum(r.plan.slots for r in running.values()) + queue[0].slots <= slots:
             job = queue.popleft()
             running[job.name] = _dispatch(arm, job, out, engine, svc, server, token_file)
         if running:
@@ -115,7 +129,7 @@ def _dispatch(
         str(token_file),
     ]
     dispatch_t = time.time()
-    ref = engine.submit(arm, job.name, argv, job_dir, register)
+    ref = engine.submit(arm, job.name, argv, job_dir, register, width=job.slots)
     return Running(job, ref, registered[0], dispatch_t, time.time())
 
 
@@ -150,11 +164,11 @@ def _record(
         "name": run.plan.name,
         "kind": run.plan.kind,
         "seed": run.plan.seed,
+        "slots": run.plan.slots,
         "engine": engine.target,
         "ref": run.ref,
         "service_id": run.service_id,
         "engine_status": status.state,
-        "ray_status": status.state,  # the summary's name for it (kept for the summary and report)
         "engine_comment": status.comment,
         "arrival_s": run.plan.arrival_s,
         "dispatch_s": run.dispatch_t - t0,

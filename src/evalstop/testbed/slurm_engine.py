@@ -1,5 +1,7 @@
 """The Slurm engine: each job is one batch job on a private single-node Slurm
-(:mod:`.slurm_cluster`, one CPU per slot), submitted with ``sbatch``.
+(:mod:`.slurm_cluster`, one CPU per slot), submitted with ``sbatch``: one task with ``width``
+CPUs (``--ntasks=1 --cpus-per-task=width``; the node allocates CPUs one by one, ``CR_CPU``, so a
+job of width ``w`` holds ``w`` slots until it ends).
 
 The reference is the Slurm job id, which exists only once ``sbatch`` answers: the job is
 submitted held (``--hold``), registered with the service, then released (``scontrol release``),
@@ -33,19 +35,20 @@ class SlurmEngine:
     target = "slurm"
     clock_s = 1.0
 
-    def __init__(self, cluster: SlurmCluster) -> None:
+    def __init__(self, cluster: SlurmCluster, run_id: str = "") -> None:
         from ..service.adapters._slurm import TERMINAL
 
         self.cluster = cluster
         self.slots = cluster.cpus
+        self.run_id = run_id  # in the job names (the job id is the reference; the cluster is private)
         self._terminal = TERMINAL  # the adapter's: COMPLETING still holds the slot
 
     @classmethod
-    def start(cls, root: Path, slots: int) -> SlurmEngine:
+    def start(cls, root: Path, slots: int, run_id: str = "") -> SlurmEngine:
         reason = missing()
         if reason:
             raise RuntimeError(f"cannot start a private Slurm: {reason}")
-        return cls(start_cluster(root, cpus=slots))
+        return cls(start_cluster(root, cpus=slots), run_id)
 
     def adapter_settings(self) -> dict[str, Any]:
         return {"slurm": {"slurm_conf": str(self.cluster.conf), "timeout_s": 10.0}}
@@ -54,13 +57,21 @@ class SlurmEngine:
         return {"slurm": {"accounts": [arm]}}
 
     def submit(
-        self, arm: str, name: str, argv: list[str], job_dir: Path, register: Callable[[str], None]
+        self,
+        arm: str,
+        name: str,
+        argv: list[str],
+        job_dir: Path,
+        register: Callable[[str], None],
+        *,
+        width: int = 1,
     ) -> str:
         job_id = self._sbatch(
             argv,
             job_dir,
+            width,
             "--hold",
-            f"--job-name={arm}-{name}",
+            f"--job-name={arm}-{self.run_id}-{name}" if self.run_id else f"--job-name={arm}-{name}",
             f"--account={arm}",
             f"--output={job_dir / 'slurm-%j.out'}",
         )
@@ -74,12 +85,12 @@ class SlurmEngine:
             raise RuntimeError(f"scontrol release {job_id}: {released.stderr.strip()[:500]}")
         return job_id
 
-    def _sbatch(self, argv: list[str], job_dir: Path, *options: str) -> str:
+    def _sbatch(self, argv: list[str], job_dir: Path, width: int, *options: str) -> str:
         out = self.cluster.run(
             "sbatch",
             "--parsable",
             "--ntasks=1",
-            "--cpus-per-task=1",
+            f"--cpus-per-task={width}",
             f"--chdir={job_dir}",
             *options,
             "--wrap",
@@ -108,7 +119,7 @@ class SlurmEngine:
     def warm_up(self, argv: list[str], timeout_s: float = 180.0) -> float:
         started = time.time()
         job_dir = self.cluster.root
-        job_id = self._sbatch(argv, job_dir, "--job-name=warm-up", f"--output={job_dir / 'warm-up.out'}")
+        job_id = self._sbatch(argv, job_dir, 1, "--job-name=warm-up", f"--output={job_dir / 'warm-up.out'}")
         while time.time() - started < timeout_s:
             status = (self.poll([job_id]) or {}).get(job_id)
             if status is not None and status.state == "COMPLETED":

@@ -12,6 +12,10 @@ it optimises:
   against the learned proxy, or gold), off by default (``grpo_share=0``), with their own
   number of steps and evals (``GRPO_STEPS``, ``GRPO_EVALS``) and no step pacing.
 
+A job takes 1 to ``max_slots`` slots (drawn uniformly from its own seeded stream; 1 for every job
+by default). A wider job holds its slots for its whole run; its training is the same (the
+stand-in for a job whose size grows with its width), so width changes only what it occupies.
+
 The label used as ground truth is not the kind: it is computed from each job's measured gold
 curve with the curve bank's rule (:func:`evalstop.workloads.bank.label_curve`).
 """
@@ -54,6 +58,7 @@ class WorkloadSpec:
     n_steps: int = 150
     n_evals: int = 15
     step_time_s: float = 0.06
+    max_slots: int = 1
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
@@ -76,6 +81,7 @@ class WorkloadSpec:
         check_int(owner, "n_steps", self.n_steps, min_value=1)
         check_int(owner, "n_evals", self.n_evals, min_value=1)
         check_float(owner, "step_time_s", self.step_time_s, low=0.0)
+        check_int(owner, "max_slots", self.max_slots, min_value=1)
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,7 @@ class JobPlan:
     n_steps: int
     n_evals: int
     step_time_s: float
+    slots: int = 1
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -99,9 +106,10 @@ class JobPlan:
 
 
 def make_plan(spec: WorkloadSpec) -> list[JobPlan]:
-    """The trace: deterministic in ``spec.seed`` (streams: arrivals, kinds, job seeds)."""
-    arrivals_rng, kinds_rng, seeds_rng = (
-        np.random.default_rng(s) for s in np.random.SeedSequence(spec.seed).spawn(3)
+    """The trace: deterministic in ``spec.seed`` (streams: arrivals, kinds, job seeds, widths;
+    the first three are those of a one-slot trace, so ``max_slots=1`` leaves a trace unchanged)."""
+    arrivals_rng, kinds_rng, seeds_rng, widths_rng = (
+        np.random.default_rng(s) for s in np.random.SeedSequence(spec.seed).spawn(4)
     )
     gaps = arrivals_rng.exponential(spec.mean_interarrival_s, size=spec.n_jobs)
     gaps[0] = 0.0
@@ -114,12 +122,15 @@ def make_plan(spec: WorkloadSpec) -> list[JobPlan]:
     kinds = np.array(["hack"] * n_hack + ["sft"] * n_sft + grpo + ["healthy"] * n_healthy)
     kinds_rng.shuffle(kinds)
     seeds = seeds_rng.integers(0, 2**31 - 1, size=spec.n_jobs)
-    return [_job(spec, i, str(kinds[i]), float(arrivals[i]), int(seeds[i])) for i in range(spec.n_jobs)]
+    widths = widths_rng.integers(1, spec.max_slots + 1, size=spec.n_jobs)
+    return [
+        _job(spec, i, str(kinds[i]), float(arrivals[i]), int(seeds[i]), int(widths[i]))
+        for i in range(spec.n_jobs)
+    ]
 
 
-def _job(spec: WorkloadSpec, i: int, kind: str, arrival_s: float, seed: int) -> JobPlan:
+def _job(spec: WorkloadSpec, i: int, kind: str, arrival_s: float, seed: int, width: int) -> JobPlan:
+    name, arrival = f"job-{i:03d}", round(arrival_s, 3)
     if kind.startswith("grpo"):  # a real torch run: its own size, no pacing
-        return JobPlan(f"job-{i:03d}", kind, round(arrival_s, 3), seed, GRPO_STEPS, GRPO_EVALS, 0.0)
-    return JobPlan(
-        f"job-{i:03d}", kind, round(arrival_s, 3), seed, spec.n_steps, spec.n_evals, spec.step_time_s
-    )
+        return JobPlan(name, kind, arrival, seed, GRPO_STEPS, GRPO_EVALS, 0.0, width)
+    return JobPlan(name, kind, arrival, seed, spec.n_steps, spec.n_evals, spec.step_time_s, width)
