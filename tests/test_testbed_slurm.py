@@ -1,7 +1,8 @@
 """The live testbed on Slurm: a private single-node Slurm (munged, slurmctld, slurmd) with 2 CPU
-slots, a real ``evalstop serve`` whose Slurm adapter points at it, and 6 real training jobs
-(hacking and healthy RL runs, supervised fine-tuning) submitted with ``sbatch``, each reporting
-its eval to the service in remote mode. Both arms run over the same trace.
+slots per arm (both arms at once), a real ``evalstop serve`` whose Slurm adapter points at it,
+and 6 real training jobs (hacking and healthy RL runs, supervised fine-tuning; one or two slots
+wide) submitted with ``sbatch``, each reporting its eval to the service in remote mode. Both
+arms run over the same trace; Slurm gives each job as many CPUs as it is wide.
 
 Asserted on the enforced arm: every hacking job (labelled from its gold curve in the shadow arm)
 was stopped by the service through the Slurm adapter: Slurm's record of the job carries the
@@ -31,7 +32,8 @@ from evalstop.testbed.slurm_cluster import missing
 from evalstop.testbed.summary import stop_decision
 
 pytestmark = pytest.mark.slow
-SPEC = WorkloadSpec(n_jobs=6, seed=3, mean_interarrival_s=1.0, step_time_s=0.04, sft_share=0.2)
+SLOTS = 2  # per arm
+SPEC = WorkloadSpec(n_jobs=6, seed=3, mean_interarrival_s=1.0, step_time_s=0.04, sft_share=0.2, max_slots=2)
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +42,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any],
     if reason:
         pytest.skip(reason)
     out = tmp_path_factory.mktemp("testbed-slurm")
-    summary = run_testbed(SPEC, 2, out, engine="slurm", timeout_s=240)
+    summary = run_testbed(SPEC, SLOTS, out, engine="slurm", timeout_s=240)
     raw = json.loads((out / "raw.json").read_text())
     return out, summary, raw
 
@@ -53,6 +55,13 @@ def test_the_trace_mixes_all_three_kinds(run: tuple[Path, dict[str, Any], dict[s
     _, summary, raw = run
     assert {r["kind"] for r in raw["shadow"]} == {"hack", "healthy", "sft"}
     assert all(r["engine"] == "slurm" and r["ref"].isdigit() for arm in raw.values() for r in arm)
+    assert {r["slots"] for r in raw["shadow"]} == {1, 2}
+    assert all(r["engine_slots"] == r["slots"] for arm in raw.values() for r in arm)  # CPUs = width
+    for arm in ("shadow", "enforced"):  # never more slots busy than the arm has
+        jobs = summary["jobs"][arm]
+        for j in jobs:
+            busy = sum(k["slots"] for k in jobs if k["dispatch_s"] <= j["dispatch_s"] < k["end_s"])
+            assert busy <= SLOTS, (arm, j["name"], busy)
     labels = {j["name"]: j["label"] for j in summary["jobs"]["shadow"]}
     assert all(labels[r["name"]] == "healthy" for r in raw["shadow"] if r["kind"] == "sft")
 
@@ -92,11 +101,14 @@ def test_freed_slot_goes_to_a_queued_job(run: tuple[Path, dict[str, Any], dict[s
             continue
         # Where it would have ended unstopped: its own start plus the shadow run's training time
         # (start-up varies with the machine's load; the paced training does not).
-        full = shadow[stopped["name"]]
-        natural_end = stopped["dispatch_s"] + stopped["startup_s"] + full["slot_s"] - full["startup_s"]
+        natural_end = stopped["proc_start_s"] + shadow[stopped["name"]]["train_s"]
         successor = min(waiting, key=lambda j: j["dispatch_s"])
         assert successor["name"] == min(waiting, key=lambda j: j["arrival_s"])["name"]  # FIFO
-        assert stopped["end_s"] <= successor["dispatch_s"] < natural_end, (stopped, successor)
+        assert stopped["end_s"] <= successor["dispatch_s"], (stopped, successor)
+        held = sum(k["slots"] for k in enforced if k["dispatch_s"] <= stopped["end_s"] < k["end_s"])
+        if successor["slots"] > SLOTS - held:
+            continue  # it also needed a slot another job still held: not this stop's to give
+        assert successor["dispatch_s"] < natural_end, (stopped, successor)
         checked += 1
     assert checked >= 1, "no stop happened while a job was queued: the trace does not test reuse"
 

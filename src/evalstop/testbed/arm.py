@@ -170,6 +170,7 @@ def _record(
         "service_id": run.service_id,
         "engine_status": status.state,
         "engine_comment": status.comment,
+        "engine_slots": status.slots,
         "arrival_s": run.plan.arrival_s,
         "dispatch_s": run.dispatch_t - t0,
         "submitted_s": run.submitted_t - t0,

@@ -34,14 +34,16 @@ ENGINES = ("ray", "slurm")
 @dataclass(frozen=True)
 class Status:
     """One job as its engine reports it: its own state word, whether that is final, the
-    engine's start and end times (seconds since the epoch; None where it has none), and the
-    job's comment where the engine keeps one (Slurm: the adapter's ``evalstop-pin:<uri>``)."""
+    engine's start and end times (seconds since the epoch; None where it has none), the job's
+    comment where the engine keeps one (Slurm: the adapter's ``evalstop-pin:<uri>``), and the
+    slots the engine gave it (Ray: its ``slot`` resource; Slurm: its CPUs)."""
 
     state: str
     terminal: bool
     start_t: float | None = None
     end_t: float | None = None
     comment: str = ""
+    slots: int | None = None
 
 
 class Engine(Protocol):

@@ -161,7 +161,11 @@ class RayEngine:
 
 def _status(info: dict[str, Any]) -> Status:
     state = str(info.get("status"))
-    return Status(state, state in TERMINAL, _ms(info.get("start_time")), _ms(info.get("end_time")))
+    slot = (info.get("entrypoint_resources") or {}).get(SLOT)
+    width = int(slot) if isinstance(slot, (int, float)) else None
+    return Status(
+        state, state in TERMINAL, _ms(info.get("start_time")), _ms(info.get("end_time")), slots=width
+    )
 
 
 def _ms(value: Any) -> float | None:

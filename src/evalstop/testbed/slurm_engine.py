@@ -28,7 +28,7 @@ from .engine import Status
 from .slurm_cluster import SlurmCluster, missing, start_cluster
 
 POLL_S = 0.1
-FIELDS = "%i|%T|%S|%e|%k"  # job id, state, start, end, comment
+FIELDS = "%i|%T|%S|%e|%C|%k"  # job id, state, start, end, CPUs, comment (last: it may hold "|")
 
 
 class SlurmEngine:
@@ -110,10 +110,13 @@ class SlurmEngine:
             return None
         seen = {}
         for line in out.stdout.splitlines():
-            job_id, state, start, end, comment = (line.split("|", 4) + [""] * 5)[:5]
+            job_id, state, start, end, cpus, comment = (line.split("|", 5) + [""] * 6)[:6]
             if job_id in refs:
                 terminal = state in self._terminal
-                seen[job_id] = Status(state, terminal, _slurm_time(start), _slurm_time(end), comment)
+                width = int(cpus) if cpus.strip().isdigit() else None
+                seen[job_id] = Status(
+                    state, terminal, _slurm_time(start), _slurm_time(end), comment, width
+                )
         return seen
 
     def warm_up(self, argv: list[str], timeout_s: float = 180.0) -> float:
