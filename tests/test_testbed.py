@@ -189,7 +189,6 @@ def test_existing_cluster_and_multi_slot_jobs(
     assert len(ours) == 6 and all(j["status"] in {"SUCCEEDED", "STOPPED"} for j in ours)
     prefixes = tuple(f"{arm}-{summary['run_id']}-" for arm in ("shadow", "enforced"))
     assert summary["run_id"] and all(j["submission_id"].startswith(prefixes) for j in ours)
-    assert all(r["engine_slots"] == r["slots"] for arm in raw.values() for r in arm)  # Ray held the width
     for arm in ("shadow", "enforced"):
         jobs = summary["jobs"][arm]
         for j in jobs:

@@ -160,12 +160,8 @@ class RayEngine:
 
 
 def _status(info: dict[str, Any]) -> Status:
-    state = str(info.get("status"))
-    slot = (info.get("entrypoint_resources") or {}).get(SLOT)
-    width = int(slot) if isinstance(slot, (int, float)) else None
-    return Status(
-        state, state in TERMINAL, _ms(info.get("start_time")), _ms(info.get("end_time")), slots=width
-    )
+    state = str(info.get("status"))  # (the Jobs API does not report a job's entrypoint resources)
+    return Status(state, state in TERMINAL, _ms(info.get("start_time")), _ms(info.get("end_time")))
 
 
 def _ms(value: Any) -> float | None:
