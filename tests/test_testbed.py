@@ -1,6 +1,6 @@
-"""The live testbed, for real: a private Ray head with 2 slots, a real ``evalstop serve``
+"""The live testbed, for real: a private Ray head with 2 slots per arm, a real ``evalstop serve``
 (SQLite, loopback), and 8 real policy-gradient training jobs submitted as Ray jobs, each
-reporting its eval to the service in remote mode. Both arms run over the same trace.
+reporting its eval to the service in remote mode. Both arms run over the same trace, at once.
 
 Asserted on the enforced arm: every hacking job (labelled from its gold curve in the shadow
 arm) was stopped by the service through the Ray Jobs adapter (Ray reports STOPPED and the job

@@ -204,3 +204,15 @@ def test_report_html_is_one_file_with_tables_and_figures(tmp_path: Path) -> None
     assert "<h1>Title</h1>" in page and "<code>code</code>" in page and "<b>bold</b> &lt;b&gt;" in page
     assert "<tr><th>a</th><th>b</th></tr><tr><td>1</td><td>2</td></tr>" in page
     assert "src='data:image/png;base64," in page
+
+
+def test_ray_address_needs_the_ray_engine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from evalstop.cli import main
+    from evalstop.testbed.run import run_testbed
+
+    argv = ["testbed", "--engine", "slurm", "--ray-address", "127.0.0.1:1", "--out", str(tmp_path / "o")]
+    assert main(argv) == 2
+    assert "'--ray-address' parameter needs --engine ray. Got --engine 'slurm'" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="'ray_address' parameter of run_testbed needs engine 'ray'"):
+        run_testbed(WorkloadSpec(n_jobs=1), 1, tmp_path / "out", engine="slurm", ray_address="127.0.0.1:1")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "o").exists()
