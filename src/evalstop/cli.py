@@ -37,7 +37,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("validate", "evalstop.experiments.validate", "score stopping rules on the bank and real curves"),
     ("report", "evalstop.experiments.report", "write the Markdown/HTML/PNG report of a results directory"),
     ("serve", "evalstop.service.cli", "run the EvalStop service (needs the 'service' extra)"),
-    ("testbed", "evalstop.testbed.cli", "real Ray jobs + a real service, shadow vs enforced"),
+    ("testbed", "evalstop.testbed.cli", "real Ray or Slurm jobs + a real service, shadow vs enforced"),
 )
 
 

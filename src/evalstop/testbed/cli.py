@@ -11,7 +11,32 @@ from pathlib import Path
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=int, default=8, help="number of training jobs (default 8)")
-    parser.add_argument("--slots", type=int, default=2, help="slots of the local Ray head (default 2)")
+    parser.add_argument(
+        "--engine",
+        choices=("ray", "slurm"),
+        default="ray",
+        help="the scheduler: a private Ray head (default) or a private single-node Slurm "
+        "(needs root and slurm-wlm)",
+    )
+    parser.add_argument(
+        "--slots",
+        type=int,
+        default=2,
+        help="slots per arm (the cluster needs twice that unless --sequential; default 2)",
+    )
+    parser.add_argument(
+        "--max-slots",
+        type=int,
+        default=1,
+        metavar="M",
+        help="each job takes 1..M slots, drawn from the seed (default 1)",
+    )
+    parser.add_argument(
+        "--ray-address",
+        metavar="HOST:PORT",
+        help="an existing Ray cluster's dashboard (Jobs API) instead of a private head; it must "
+        "declare the 'slot' resource; token from RAY_AUTH_TOKEN",
+    )
     parser.add_argument("--seed", type=int, default=0, help="workload seed (arrivals, kinds, job seeds)")
     parser.add_argument(
         "--interarrival",
@@ -20,7 +45,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         help="mean seconds between arrivals (Poisson; default 2)",
     )
-    parser.add_argument("--hack-share", type=float, default=0.5, help="share of proxy-trained jobs")
+    parser.add_argument("--hack-share", type=float, default=0.5, help="share of proxy-trained jobs (0.5)")
+    parser.add_argument(
+        "--sft-share", type=float, default=0.2, help="share of supervised fine-tuning jobs (0.2)"
+    )
+    parser.add_argument(
+        "--grpo-share",
+        type=float,
+        default=0.0,
+        help="share of tiny TRL GRPO jobs (default 0; needs the hf extra; slow: about 70 s a job on a "
+        "loaded 2-core machine)",
+    )
     parser.add_argument(
         "--step-time",
         type=float,
@@ -30,6 +65,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--steps", type=int, default=150, help="training steps per job (default 150)")
     parser.add_argument("--evals", type=int, default=15, help="evals per job (default 15)")
+    parser.add_argument(
+        "--sequential",
+        action="store_true",
+        help="run the shadow arm, then the enforced arm, on --slots slots (default: both at once, "
+        "each on --slots of 2 x --slots)",
+    )
     parser.add_argument("--out", type=Path, default=Path("testbed-out"), help="output directory")
     parser.set_defaults(run=run)
 
@@ -46,21 +87,44 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             mean_interarrival_s=args.interarrival,
             hack_share=args.hack_share,
+            sft_share=args.sft_share,
+            grpo_share=args.grpo_share,
             n_steps=args.steps,
             n_evals=args.evals,
             step_time_s=args.step_time,
+            max_slots=args.max_slots,
         )
+        if args.ray_address and args.engine != "ray":
+            raise ValueError(
+                f"The '--ray-address' parameter needs --engine ray. Got --engine {args.engine!r} instead."
+            )
+        if args.max_slots > args.slots:
+            raise ValueError(
+                f"The '--max-slots' parameter must be <= --slots ({args.slots}). "
+                f"Got {args.max_slots!r} instead."
+            )
     except ValueError as exc:
         print(f"evalstop testbed: {exc}", file=sys.stderr)
         return 2
-    for module in ("ray", "fastapi", "uvicorn", "httpx"):  # say which extra is missing before starting
+    needs = ["ray"] if args.engine == "ray" else []
+    needs += ["torch", "trl"] if args.grpo_share > 0 else []
+    for module in (*needs, "fastapi", "uvicorn", "httpx"):  # say which extra is missing before starting
         if importlib.util.find_spec(module) is None:
             raise ModuleNotFoundError(f"No module named {module!r}", name=module)
     command = "evalstop " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["testbed"] else "evalstop testbed"
-    summary = run_testbed(spec, args.slots, args.out, command=command)
+    summary = run_testbed(
+        spec,
+        args.slots,
+        args.out,
+        engine=args.engine,
+        command=command,
+        ray_address=args.ray_address,
+        concurrent=not args.sequential,
+    )
     print((args.out / "summary.md").read_text(), end="")
     c = summary["comparison"]
     print(
-        f"\nwrote {args.out}/summary.json, summary.md, raw.json; slot-hours saved {c['slot_hours_saved']:.4f}"
+        f"\nwrote {args.out}/summary.json, summary.md, raw.json, report.md, report.html; "
+        f"slot-hours saved {c['slot_hours_saved']:.4f}"
     )
     return 0

@@ -1,10 +1,14 @@
 """The testbed's processes: a private Ray head with N slots, and an ``evalstop serve``.
 
+(The private Slurm is :mod:`.slurm_cluster`; both engines are driven through :mod:`.engine`.)
+
 Both bind to 127.0.0.1 on free ports, keep their state under the run directory, and are
 stopped by pid: the Ray head by signalling its ``ray start --block`` process and then killing
 what still names its temp dir (never ``ray stop``, which would stop other people's Ray).
 Slots are a custom resource ``slot``, so that a 2-core machine can declare 2 slots whatever
 Ray thinks the CPU count is; on a GPU cluster a slot is a GPU (docs/testbed.md).
+:func:`connect_ray` uses an existing cluster instead (``--ray-address``): nothing is started
+there, and nothing of it is stopped.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ def free_ports(n: int) -> list[int]:
 class Proc:
     """A started process, its log, and what identifies its children (for cleanup by pid)."""
 
-    proc: subprocess.Popen[bytes]
+    proc: subprocess.Popen[bytes] | None  # None: not ours (an existing cluster)
     log: Path
     marker: str = ""
     info: dict[str, str] = field(default_factory=dict)
@@ -70,7 +74,7 @@ def start_ray(root: Path, slots: int, *, timeout_s: float = 180.0) -> Proc:
     }
     for var in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS"):
         env.pop(var, None)
-    gcs, dash, nm, om, client, agent, agent_grpc, metrics, rt_env, workers = free_ports(10)
+    gcs, dash, nm, om, client, agent, agent_grpc, metrics, rt_env, workers = _ray_ports()
     ray = Path(sys.executable).with_name("ray")
     cmd = [
         str(ray),
@@ -96,15 +100,16 @@ def start_ray(root: Path, slots: int, *, timeout_s: float = 180.0) -> Proc:
         f"--temp-dir={temp_dir}",
         "--disable-usage-stats",
     ]
+    proc = _spawn(cmd, env, root / "ray-start.log")
     head = Proc(
-        _spawn(cmd, env, root / "ray-start.log"),
+        proc,
         root / "ray-start.log",
         str(temp_dir),
         {"address": f"http://127.0.0.1:{dash}", "token": token, "slots": str(slots)},
     )
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if head.proc.poll() is not None:
+        if proc.poll() is not None:
             raise RuntimeError(f"ray start exited: {head.tail()}")
         with contextlib.suppress(httpx.HTTPError):
             r = httpx.get(
@@ -117,8 +122,18 @@ def start_ray(root: Path, slots: int, *, timeout_s: float = 180.0) -> Proc:
     raise RuntimeError(f"Ray dashboard not ready after {timeout_s} s: {head.tail()}")
 
 
-def start_service(root: Path, ray: Proc, *, timeout_s: float = 60.0) -> Proc:
-    """``evalstop serve`` on SQLite with the Ray adapter pointed at ``ray``; admin token in info."""
+def _ray_ports(n_workers: int = 40) -> list[int]:
+    """Nine free ports and the first of ``n_workers + 1`` worker ports, none of the nine inside
+    the worker range (Ray refuses to start on such an overlap)."""
+    while True:
+        ports = free_ports(10)
+        if not any(ports[-1] <= p <= ports[-1] + n_workers for p in ports[:-1]):
+            return ports
+
+
+def start_service(root: Path, adapter_settings: dict[str, Any], *, timeout_s: float = 60.0) -> Proc:
+    """``evalstop serve`` on SQLite with ``adapter_settings`` (the engine's: the Ray adapter
+    pointed at the head, or the Slurm adapter at the private ``slurm.conf``); admin token in info."""
     import httpx
 
     (port,) = free_ports(1)
@@ -126,9 +141,7 @@ def start_service(root: Path, ray: Proc, *, timeout_s: float = 60.0) -> Proc:
     env = {
         **os.environ,
         "EVALSTOP_ADMIN_TOKEN": admin,
-        "EVALSTOP_ADAPTER_SETTINGS": json.dumps(
-            {"ray": {"address": ray.info["address"], "token": ray.info["token"]}}
-        ),
+        "EVALSTOP_ADAPTER_SETTINGS": json.dumps(adapter_settings),
     }
     cmd = [
         sys.executable,
@@ -140,14 +153,15 @@ def start_service(root: Path, ray: Proc, *, timeout_s: float = 60.0) -> Proc:
         f"--port={port}",
         "--log-level=warning",
     ]
+    proc = _spawn(cmd, env, root / "serve.log")
     server = Proc(
-        _spawn(cmd, env, root / "serve.log"),
+        proc,
         root / "serve.log",
         info={"url": f"http://127.0.0.1:{port}", "admin": admin},
     )
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if server.proc.poll() is not None:
+        if proc.poll() is not None:
             raise RuntimeError(f"evalstop serve exited: {server.tail()}")
         with contextlib.suppress(httpx.HTTPError):
             if (
@@ -164,7 +178,29 @@ def start_service(root: Path, ray: Proc, *, timeout_s: float = 60.0) -> Proc:
     raise RuntimeError(f"evalstop serve not ready after {timeout_s} s: {server.tail()}")
 
 
+def connect_ray(address: str, slots: int, *, timeout_s: float = 30.0) -> Proc:
+    """An existing Ray cluster's Jobs API (the dashboard, ``HOST:PORT`` or ``http(s)://HOST:PORT``)
+    for ``slots`` slots of its ``slot`` resource; the token, if the cluster wants one, from
+    ``RAY_AUTH_TOKEN``. Checks that the API answers; the cluster must declare the ``slot`` resource
+    (``ray start --resources='{"slot": N}'``), or jobs stay pending until the arm times out."""
+    import httpx
+
+    base = (address if "://" in address else f"http://{address}").rstrip("/")
+    token = os.environ.get("RAY_AUTH_TOKEN", "")
+    client = api(base, token)
+    try:
+        r = client.get("/api/jobs/", timeout=timeout_s)
+        r.raise_for_status()
+    except httpx.HTTPError as exc:
+        raise RuntimeError(f"--ray-address {address!r}: the Ray Jobs API does not answer: {exc}") from exc
+    finally:
+        client.close()
+    return Proc(None, Path(os.devnull), "", {"address": base, "token": token, "slots": str(slots)})
+
+
 def stop(p: Proc, timeout_s: float = 20.0) -> None:
+    if p.proc is None:
+        return
     if p.proc.poll() is None:
         p.proc.send_signal(signal.SIGTERM)
         try:
@@ -198,4 +234,5 @@ def api(base: str, token: str) -> Any:
     """An httpx client for ``base`` with a bearer token."""
     import httpx
 
-    return httpx.Client(base_url=base, timeout=30, headers={"Authorization": f"Bearer {token}"})
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return httpx.Client(base_url=base, timeout=30, headers=headers)

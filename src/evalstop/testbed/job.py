@@ -1,16 +1,19 @@
 """One testbed training job, run by the scheduler as its own process::
 
-    python -m evalstop.testbed.job PLAN.json OUT_DIR --url URL --job-id ID --token-file FILE
+    python -m evalstop.testbed.job PLAN.json OUT_DIR --url URL --job-id-file FILE --token-file FILE
 
 A policy-gradient run of :mod:`evalstop.workloads.rl_toy` (the same seed streams as
-``run_toy``, so the curve is reproducible). At each eval it saves a checkpoint directory
+``run_toy``, so the curve is reproducible), or for kind ``sft`` a supervised fine-tuning run of
+the same policy on demonstrations (:mod:`.sft`; its demonstrations come from the training
+stream). At each eval it saves a checkpoint directory
 (``OUT_DIR/ckpt/step-NNNNNN/theta.npy``), posts the watched eval score with that checkpoint's
 URI to the EvalStop service (remote mode, :class:`~evalstop.integrations._remote.RemoteHistory`)
 and appends one line to ``OUT_DIR/events.jsonl`` with the score, the service's answer and the
 gold value (expected gold over every prompt: the evaluation the rule never sees).
 
 The job does not stop itself on a "stop" answer: the stop is the scheduler's to deliver (the
-service's Ray adapter), and the job only records the answer. SIGTERM ends it cleanly.
+service's Ray or Slurm adapter), and the job only records the answer. SIGTERM ends it cleanly
+(exit 0).
 """
 
 from __future__ import annotations
@@ -20,11 +23,15 @@ import json
 import signal
 import sys
 import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,9 +40,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("plan", type=Path)
     parser.add_argument("out", type=Path)
     parser.add_argument("--url", required=True)
-    parser.add_argument("--job-id", required=True)
+    ids = parser.add_mutually_exclusive_group(required=True)
+    ids.add_argument("--job-id", help="the job's id at the service")
+    ids.add_argument("--job-id-file", type=Path, help="a file holding it (written before the job starts)")
     parser.add_argument("--token-file", type=Path, required=True)
     args = parser.parse_args(argv)
+    if args.job_id_file is not None:
+        args.job_id = args.job_id_file.read_text().strip()
     args.out.mkdir(parents=True, exist_ok=True)
     with open(args.out / "events.jsonl", "a", encoding="utf-8") as log:
         signal.signal(signal.SIGTERM, _on_term(log))
@@ -47,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _on_term(log: IO[str]) -> Any:
     def handler(signum: int, frame: FrameType | None) -> None:
-        _event(log, {"event": "sigterm", "t": time.time()})
+        if not log.closed:  # a SIGTERM after the last line (the interpreter's teardown) just exits
+            _event(log, {"event": "sigterm", "t": time.time()})
         sys.exit(0)
 
     return handler
@@ -58,12 +70,22 @@ def _event(log: IO[str], row: dict[str, Any]) -> None:
     log.flush()
 
 
-def train(plan: dict[str, Any], args: argparse.Namespace, log: IO[str]) -> None:
-    from ..detectors import Eval
-    from ..integrations._remote import RemoteHistory, RemoteJob
+@dataclass(frozen=True)
+class EvalPoint:
+    step: int
+    theta: NDArray[np.float64]
+    score: float  # the watched eval (noisy)
+    gold: float  # the evaluation the rule never sees
+    proxy: float
+
+
+def training(plan: dict[str, Any], pace: Callable[[], None] = lambda: None) -> Iterator[EvalPoint]:
+    """The job's training run without the service: one point per eval; ``pace()`` after each
+    step (the job pads steps to ``step_time_s`` with it). Deterministic in ``plan["seed"]``."""
     from ..workloads.bank import BASE
     from ..workloads.rl_toy import _policy_gradient, _record, fit_proxy, make_env, policy, softmax
     from ..workloads.rl_toy import _standardise as standardise
+    from .sft import demonstrations, sft_gradient
     from .workload import KIND_CONFIG
 
     config = BASE.with_(**KIND_CONFIG[plan["kind"]], n_steps=plan["n_steps"], n_evals=plan["n_evals"])
@@ -73,40 +95,69 @@ def train(plan: dict[str, Any], args: argparse.Namespace, log: IO[str]) -> None:
     env = make_env(config, env_rng)
     proxy = fit_proxy(config, env, proxy_rng)
     reward = proxy if config.target == "proxy" else standardise(env.gold, softmax(env.init_logits))
+    demos = demonstrations(env, train_rng) if plan["kind"] == "sft" else None
+    eval_at = set(np.linspace(0, config.n_steps, config.n_evals + 1).round().astype(int)[1:].tolist())
+    theta = np.zeros(env.features.shape[-1])
+    for step in range(1, config.n_steps + 1):
+        if demos is None:
+            theta += config.lr * _policy_gradient(config, theta, reward, env, train_rng)
+        else:
+            theta += config.lr * sft_gradient(theta, env, demos, train_rng)
+        pace()
+        if step in eval_at:
+            record: dict[str, list[Any]] = {"steps": [], "scores": [], "items": [], "proxy": [], "gold": []}
+            _record(record, step, policy(env, theta), env, proxy, eval_rng, config.eval_samples)
+            yield EvalPoint(step, theta.copy(), record["scores"][0], record["gold"][0], record["proxy"][0])
+
+
+def train(plan: dict[str, Any], args: argparse.Namespace, log: IO[str]) -> None:
+    from ..detectors import Eval
+    from ..integrations._remote import RemoteHistory, RemoteJob
+
     ckpt_root = args.out / "ckpt"
     remote = RemoteJob(args.url, args.job_id, token=args.token_file.read_text().strip())
     history = RemoteHistory(
         remote, metric="eval_score", checkpoint_uri=lambda s: str(ckpt_root / f"step-{s:06d}")
     )
-    eval_at = set(np.linspace(0, config.n_steps, config.n_evals + 1).round().astype(int)[1:].tolist())
-    theta = np.zeros(env.features.shape[-1])
-    next_at = time.monotonic()
-    for step in range(1, config.n_steps + 1):
-        theta += config.lr * _policy_gradient(config, theta, reward, env, train_rng)
-        next_at += plan["step_time_s"]
-        time.sleep(max(0.0, next_at - time.monotonic()))
-        if step not in eval_at:
-            continue
-        record: dict[str, list[Any]] = {"steps": [], "scores": [], "items": [], "proxy": [], "gold": []}
-        _record(record, step, policy(env, theta), env, proxy, eval_rng, config.eval_samples)
+
+    def report(step: int, score: float, gold: float, proxy: float, save: Callable[[Path], None]) -> None:
         ckpt = ckpt_root / f"step-{step:06d}"
         ckpt.mkdir(parents=True, exist_ok=True)
-        np.save(ckpt / "theta.npy", theta)
-        verdict = history.add(Eval(step=step, score=record["scores"][0], progress=step / config.n_steps))
+        save(ckpt)
+        verdict = history.add(Eval(step=step, score=score, progress=step / plan["n_steps"]))
         _event(
             log,
             {
                 "event": "eval",
                 "t": time.time(),
                 "step": step,
-                "score": record["scores"][0],
-                "gold": record["gold"][0],
-                "proxy": record["proxy"][0],
+                "score": score,
+                "gold": gold,
+                "proxy": proxy,
                 "checkpoint": str(ckpt),
                 "decision": None if verdict is None else verdict.decision.value,
                 "best_step": None if verdict is None else verdict.best_step,
             },
         )
+
+    if plan["kind"].startswith("grpo"):
+        from .grpo import grpo_training
+
+        grpo_training(plan, report)
+        return
+    next_at = time.monotonic()
+
+    def pace() -> None:
+        nonlocal next_at
+        next_at += plan["step_time_s"]
+        time.sleep(max(0.0, next_at - time.monotonic()))
+
+    for point in training(plan, pace):
+        report(point.step, point.score, point.gold, point.proxy, partial(_save_theta, point.theta))
+
+
+def _save_theta(theta: NDArray[np.float64], ckpt: Path) -> None:
+    np.save(ckpt / "theta.npy", theta)
 
 
 if __name__ == "__main__":

@@ -1,73 +1,137 @@
-"""Run both arms of the testbed on one private Ray head and one ``evalstop serve``."""
+"""Run both arms of the testbed on one cluster (a private Ray head, an existing Ray cluster with
+``ray_address``, or a private single-node Slurm) and one ``evalstop serve``."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from .._validation import check_choice
 from .arm import run_arm, warm_up
-from .cluster import pids_naming, start_ray, start_service, stop
+from .cluster import Proc, pids_naming, start_service, stop
+from .engine import ENGINES, Engine, start_engine
+from .report import write_report
 from .simcheck import compare
-from .simcheck import markdown as sim_markdown
-from .summary import markdown, summarise
-from .workload import WorkloadSpec, make_plan
+from .summary import summarise
+from .workload import JobPlan, WorkloadSpec, make_plan
 
 ARMS = ("shadow", "enforced")
 
 
 def run_testbed(
-    spec: WorkloadSpec, slots: int, out: Path, *, command: str = "", timeout_s: float = 1800.0
+    spec: WorkloadSpec,
+    slots: int,
+    out: Path,
+    *,
+    engine: str = "ray",
+    command: str = "",
+    timeout_s: float = 1800.0,
+    ray_address: str | None = None,
+    concurrent: bool = True,
 ) -> dict[str, Any]:
-    """Start the cluster, run the shadow then the enforced arm over the same trace, clean up,
-    and write ``raw.json``, ``summary.json`` and ``summary.md`` to ``out``."""
+    """Start the cluster (``engine``: ray or slurm; or connect to the Ray cluster at
+    ``ray_address``), run the shadow and the enforced arm over the same trace, clean up, and
+    write ``raw.json``, ``summary.json``, ``summary.md`` and the report (``report.md``,
+    ``report.html``, PNGs) to ``out``.
+
+    ``slots`` is per arm. ``concurrent`` (the default): both arms at the same time, each on its
+    own ``slots`` slots of one cluster of ``2 * slots`` (each arm's dispatcher keeps to its
+    share), so that both see the same machine at the same moments (on a shared machine, the
+    load, and with it the jobs' start-up, drifts over minutes). Otherwise the shadow arm, then
+    the enforced arm, on a cluster of ``slots``.
+    """
     if slots < 1:
         raise ValueError(f"The 'slots' parameter of run_testbed must be an int >= 1. Got {slots!r} instead.")
+    check_choice("run_testbed", "engine", engine, ENGINES)
+    if ray_address and engine != "ray":
+        raise ValueError(f"The 'ray_address' parameter of run_testbed needs engine 'ray'. Got {engine!r}.")
+    if spec.max_slots > slots:
+        raise ValueError(
+            f"The 'max_slots' parameter of WorkloadSpec must be <= the {slots} slots of an arm "
+            f"(a wider job never starts). Got {spec.max_slots!r} instead."
+        )
     out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     plan = make_plan(spec)
-    ray_root = Path(tempfile.mkdtemp(prefix="evs-tb-"))  # short: Ray's socket paths have a length limit
+    root = Path(tempfile.mkdtemp(prefix="evs-tb-"))  # short: unix socket paths have a length limit
     raw: dict[str, list[dict[str, Any]]] = {}
     warm_up_s = float("nan")
-    ray = start_ray(ray_root, slots)
+    total = slots * (len(ARMS) if concurrent else 1)
     try:
-        server = start_service(out, ray)
+        cluster = start_engine(engine, root, total, run_id=secrets.token_hex(3), ray_address=ray_address)
         try:
-            warm_up_s = warm_up(ray)
-            for arm in ARMS:
-                raw[arm] = run_arm(arm, plan, out, ray, server, timeout_s=timeout_s)
+            server = start_service(out, cluster.adapter_settings())
+            try:
+                warm_up_s = warm_up(cluster, plan)
+                raw = _run_arms(plan, out, cluster, server, slots, timeout_s, concurrent)
+            finally:
+                stop(server)
         finally:
-            stop(server)
+            cluster.close()
     finally:
-        stop(ray)
-        for arm in ARMS:  # a job still alive after its head went away: ours, by pid
+        for arm in ARMS:  # a job still alive after its cluster went away: ours, by pid
             for pid in pids_naming(str(out / arm) + "/"):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-        shutil.rmtree(ray_root, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
     (out / "raw.json").write_text(json.dumps(raw, indent=1))
+    meta = {
+        "spec": {
+            **spec.__dict__,
+            "slots": slots,
+            "engine": engine,
+            "ray_address": ray_address,
+            "concurrent": concurrent,
+        },
+        "warm_up_s": warm_up_s,
+        "engine_root": str(root),  # the cluster's state, removed (its daemons named it)
+        "run_id": cluster.run_id,
+        "plan": [j.to_json() for j in plan],
+        "command": command,
+    }
+    return finish(out, raw, meta)
+
+
+def finish(out: Path, raw: dict[str, list[dict[str, Any]]], meta: dict[str, Any]) -> dict[str, Any]:
+    """From a run's raw measurements: ``summary.json`` (figures per job and arm, the simulator's
+    prediction) and the report. ``meta`` carries ``spec`` (with ``slots``, per arm), ``plan``,
+    ``warm_up_s`` and ``command``. Re-running it on a stored ``raw.json`` redoes the analysis."""
     summary = summarise(raw)
-    summary["spec"] = {**spec.__dict__, "slots": slots}
-    summary["warm_up_s"] = warm_up_s
-    summary["plan"] = [j.to_json() for j in plan]
-    summary["simulator"] = compare(summary, raw, slots)
+    summary.update(meta)
+    summary["simulator"] = compare(summary, raw, int(meta["spec"]["slots"]))
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    text = markdown(summary, command) + sim_markdown(summary["simulator"])
-    (out / "summary.md").write_text(text + _figures(summary, raw, out))
+    write_report(out, summary, raw)
     return summary
 
 
-def _figures(summary: dict[str, Any], raw: dict[str, list[dict[str, Any]]], out: Path) -> str:
-    """Write the PNGs if matplotlib (the ``plot`` extra) is there; the Markdown that shows them."""
-    try:
-        from .figures import jct_cdf, job_curves
-    except ModuleNotFoundError:
-        return "\n(no figures: pip install -e '.[plot]')\n"
-    jct_cdf(summary, out / "jct_cdf.png")
-    job_curves(summary, raw, out / "curves.png")
-    return "\n![JCT CDF](jct_cdf.png)\n\n![Each job's curves and stop](curves.png)\n"
+def _run_arms(
+    plan: list[JobPlan],
+    out: Path,
+    engine: Engine,
+    server: Proc,
+    slots: int,
+    timeout_s: float,
+    concurrent: bool,
+) -> dict[str, list[dict[str, Any]]]:
+    if not concurrent:
+        return {
+            arm: run_arm(arm, plan, out, engine, server, slots=slots, timeout_s=timeout_s) for arm in ARMS
+        }
+    start_at = time.time() + 2.0  # after both tenants exist
+    with ThreadPoolExecutor(len(ARMS), thread_name_prefix="testbed-arm") as pool:
+        futures = {
+            arm: pool.submit(
+                run_arm, arm, plan, out, engine, server, slots=slots, timeout_s=timeout_s, start_at=start_at
+            )
+            for arm in ARMS
+        }
+        return {arm: future.result() for arm, future in futures.items()}

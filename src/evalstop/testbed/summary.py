@@ -1,8 +1,10 @@
 """Per-job outcomes and per-arm figures of a testbed run (docs/testbed.md defines each one).
 
-- JCT: end (Ray's end time) minus arrival; wait: dispatch minus arrival; slot-seconds: end
-  minus dispatch (a slot is held from submission to Ray until Ray reports the job terminal);
-  start-up: the training process's first line minus dispatch.
+- JCT: end (the engine's end time; Slurm's, to the second only, gives way to the moment the
+  dispatcher saw the end) minus arrival; wait: dispatch minus arrival; slot-seconds: end minus
+  dispatch, times the job's width (its slots are held from submission to the engine until the
+  engine reports the job terminal);
+  start-up: the training process's first line minus dispatch; training: end minus that line.
 - Ground truth: each job's label from its gold curve in the shadow arm (it runs to the end),
   with the curve bank's rule (:func:`evalstop.workloads.bank.label_curve`).
 - Delivered checkpoint: for a job the service stopped (enforced arm), the decision's best
@@ -36,17 +38,20 @@ def outcome(record: dict[str, Any], label: str) -> dict[str, Any]:
     return {
         "name": record["name"],
         "kind": record["kind"],
+        "slots": record.get("slots", 1),
         "label": label,
-        "ray_status": record["ray_status"],
+        "engine_status": record.get("engine_status", record.get("ray_status")),  # raw.json before Slurm
         "arrival_s": record["arrival_s"],
         "dispatch_s": record["dispatch_s"],
         "end_s": record["end_s"],
         "jct_s": record["end_s"] - record["arrival_s"],
         "wait_s": record["dispatch_s"] - record["arrival_s"],
-        "slot_s": record["end_s"] - record["dispatch_s"],
+        "slot_s": (record["end_s"] - record["dispatch_s"]) * record.get("slots", 1),
         "startup_s": None
         if record["proc_start_s"] is None
         else record["proc_start_s"] - record["dispatch_s"],
+        "proc_start_s": record["proc_start_s"],
+        "train_s": None if record["proc_start_s"] is None else record["end_s"] - record["proc_start_s"],
         "decided_stop": decision is not None,
         "enforced_stop": enforced,
         "stop_step": None if decision is None else decision["step"],
@@ -138,6 +143,8 @@ def markdown(summary: dict[str, Any], command: str) -> str:
         "",
         f"Command: `{command}`",
         "",
+        _setting(summary.get("spec", {})),
+        "",
         "| | shadow | enforced |",
         "|---|---|---|",
     ]
@@ -149,7 +156,7 @@ def markdown(summary: dict[str, Any], command: str) -> str:
         f"Slot-hours saved: {c['slot_hours_saved']:.4f} ({c['slot_hours_saved_share']:.1%}); "
         f"JCT mean change {c['jct_mean_change']:+.1%}, p95 change {c['jct_p95_change']:+.1%}.",
         "",
-        "| job | kind | label | shadow JCT (s) | enforced JCT (s) | stop step | best step | Ray status | "
+        "| job | kind | label | shadow JCT (s) | enforced JCT (s) | stop step | best step | engine status | "
         "delivered gold (shadow / enforced) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
@@ -158,10 +165,30 @@ def markdown(summary: dict[str, Any], command: str) -> str:
         e = enforced[s["name"]]
         lines.append(
             f"| {s['name']} | {s['kind']} | {s['label']} | {s['jct_s']:.1f} | {e['jct_s']:.1f} | "
-            f"{_fmt(e['stop_step'], 'd')} | {_fmt(e['best_step'], 'd')} | {e['ray_status']} | "
+            f"{_fmt(e['stop_step'], 'd')} | {_fmt(e['best_step'], 'd')} | {e['engine_status']} | "
             f"{_fmt(s['delivered_gold'], '.3f')} / {_fmt(e['delivered_gold'], '.3f')} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _setting(spec: dict[str, Any]) -> str:
+    if not spec:
+        return ""
+    if spec.get("ray_address"):
+        cluster = f"the Ray cluster at {spec['ray_address']}"
+    else:
+        cluster = "a private single-node Slurm" if spec.get("engine") == "slurm" else "a private Ray head"
+    arms = (
+        f"both arms at the same time, each on its own {spec['slots']} slots of {cluster}"
+        if spec.get("concurrent")
+        else f"the shadow arm, then the enforced arm, on {spec['slots']} slots of {cluster}"
+    )
+    width = "1 slot" if spec.get("max_slots", 1) == 1 else f"1-{spec['max_slots']} slots"
+    return (
+        f"{spec['n_jobs']} jobs (seed {spec['seed']}, mean interarrival {spec['mean_interarrival_s']} s, "
+        f"{spec['n_steps']} steps of {spec['step_time_s']} s, {spec['n_evals']} evals, "
+        f"{width} each); {arms}."
+    )
 
 
 def _fmt(value: Any, fmt: str) -> str:

@@ -24,6 +24,7 @@ CPU runs are single-threaded so that a seed gives the same curve on any machine.
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -111,9 +112,13 @@ def fit_proxy(config: TrlConfig, rng: np.random.Generator) -> np.ndarray:
     return np.asarray(weights, dtype=float)
 
 
-def run_grpo(config: TrlConfig, seed: int | np.random.SeedSequence) -> ToyRun:
+def run_grpo(
+    config: TrlConfig, seed: int | np.random.SeedSequence, callbacks: Sequence[Any] = ()
+) -> ToyRun:
     """Train one policy with ``trl.GRPOTrainer``; the record has the ``rl_toy.ToyRun`` shape
-    (proxy = mean proxy reward of the large gold sample). Deterministic in ``seed`` on CPU."""
+    (proxy = mean proxy reward of the large gold sample). Deterministic in ``seed`` on CPU.
+    ``callbacks`` (``TrainerCallback``) run after the eval recorder, which they may read
+    (``callback.recorder``, set before training): the testbed's GRPO jobs report each eval."""
     import torch
 
     ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
@@ -125,7 +130,7 @@ def run_grpo(config: TrlConfig, seed: int | np.random.SeedSequence) -> ToyRun:
     torch.set_num_threads(1)
     try:
         with tempfile.TemporaryDirectory(prefix="evalstop-grpo-") as tmp:
-            return _train(config, rng, torch_seed, eval_seed, Path(tmp))
+            return _train(config, rng, torch_seed, eval_seed, Path(tmp), callbacks)
     finally:
         torch.set_num_threads(threads)
 
@@ -134,7 +139,14 @@ def _prompts(rng: np.random.Generator, n: int) -> list[str]:
     return ["".join(rng.choice(list(ALPHABET), 3)) + ">" for _ in range(n)]
 
 
-def _train(config: TrlConfig, rng: np.random.Generator, torch_seed: int, eval_seed: int, tmp: Path) -> ToyRun:
+def _train(
+    config: TrlConfig,
+    rng: np.random.Generator,
+    torch_seed: int,
+    eval_seed: int,
+    tmp: Path,
+    callbacks: Sequence[Any] = (),
+) -> ToyRun:
     import torch
     from datasets import Dataset
     from transformers import GPT2Config, GPT2LMHeadModel, PrinterCallback
@@ -159,6 +171,8 @@ def _train(config: TrlConfig, rng: np.random.Generator, torch_seed: int, eval_se
         _eval_steps(config),
     )
     recorder.calibrate(model)
+    for callback in callbacks:
+        callback.recorder = recorder
 
     def proxy(completions: list[str], **_: object) -> list[float]:
         return [float(r) for r in features(completions) @ weights]
@@ -177,7 +191,7 @@ def _train(config: TrlConfig, rng: np.random.Generator, torch_seed: int, eval_se
     trainer = GRPOTrainer(
         model=model, reward_funcs=[reward], args=args,
         train_dataset=Dataset.from_dict({"prompt": train_prompts}), processing_class=tokenizer,
-        callbacks=[recorder],
+        callbacks=[recorder, *callbacks],
     )
     trainer.remove_callback(PrinterCallback)  # no log dicts on stdout
     trainer.train()
