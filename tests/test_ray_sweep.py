@@ -24,31 +24,11 @@ import pytest
 
 pytest.importorskip("ray", reason="the Ray path needs the ray extra: pip install -e '.[ray]'")
 
+from evalstop.testbed.cluster import pids_naming, ray_ports
+
 pytestmark = pytest.mark.slow
 RAY = Path(sys.executable).with_name("ray")
 EVALSTOP = [sys.executable, "-m", "evalstop.cli"]
-
-
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
-def _pids_naming(text: str) -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                if text.encode() in (entry / "cmdline").read_bytes():
-                    pids.append(int(entry.name))
-            except OSError:
-                continue
-    return pids
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +39,7 @@ def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, di
     env = {**os.environ, "HOME": str(root / "home"), "RAY_AUTH_MODE": "token",
            "RAY_AUTH_TOKEN": secrets.token_hex(16), "RAY_USAGE_STATS_ENABLED": "0"}
     env.pop("RAY_ADDRESS", None)
-    gcs, nm, om, client, agent, agent_grpc, metrics, rt_env, workers = _free_ports(9)
+    gcs, _, nm, om, client, agent, agent_grpc, metrics, rt_env, workers = ray_ports()  # no dashboard
     cmd = [str(RAY), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={gcs}",
            "--include-dashboard=false", f"--node-manager-port={nm}", f"--object-manager-port={om}",
            f"--ray-client-server-port={client}", f"--dashboard-agent-listen-port={agent}",
@@ -99,9 +79,9 @@ def _stop(proc: subprocess.Popen[bytes], temp_dir: str) -> None:
             proc.kill()
             proc.wait()
     deadline = time.monotonic() + 5
-    while _pids_naming(temp_dir) and time.monotonic() < deadline:
+    while pids_naming(temp_dir) and time.monotonic() < deadline:
         time.sleep(0.25)
-    for pid in _pids_naming(temp_dir):
+    for pid in pids_naming(temp_dir):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
 

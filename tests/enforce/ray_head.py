@@ -11,24 +11,15 @@ import contextlib
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from evalstop.testbed.cluster import pids_naming, ray_ports
+
 RAY = Path(sys.executable).with_name("ray")
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 @dataclass
@@ -48,8 +39,8 @@ def start_head(root: Path, *, stop_wait_s: int = 1, timeout_s: float = 240.0) ->
            "RAY_JOB_STOP_WAIT_TIME_S": str(stop_wait_s), "RAY_USAGE_STATS_ENABLED": "0"}
     for var in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS"):
         env.pop(var, None)
-    gcs, dash, nm, om, client, agent, agent_grpc, metrics, rt_env = free_ports(9)
-    workers = free_ports(1)[0]
+    # the testbed's port picker: no other port inside the worker range (else `ray start` refuses)
+    gcs, dash, nm, om, client, agent, agent_grpc, metrics, rt_env, workers = ray_ports()
     cmd = [str(RAY), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={gcs}",
            f"--dashboard-port={dash}", "--dashboard-host=127.0.0.1", "--include-dashboard=true",
            f"--node-manager-port={nm}", f"--object-manager-port={om}", f"--ray-client-server-port={client}",
@@ -87,20 +78,6 @@ def _wait_ready(head: RayHead, root: Path, timeout_s: float) -> None:
                        f"{(root / 'ray-start.log').read_text()[-3000:]}")
 
 
-def _our_pids(temp_dir: Path) -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if str(temp_dir).encode() in cmdline:
-            pids.append(int(entry.name))
-    return pids
-
-
 def stop_head(head: RayHead, timeout_s: float = 20.0) -> None:
     if head.proc.poll() is None:
         head.proc.send_signal(signal.SIGTERM)
@@ -110,8 +87,8 @@ def stop_head(head: RayHead, timeout_s: float = 20.0) -> None:
             head.proc.kill()
             head.proc.wait()
     deadline = time.monotonic() + 5
-    while _our_pids(head.temp_dir) and time.monotonic() < deadline:
+    while pids_naming(str(head.temp_dir)) and time.monotonic() < deadline:
         time.sleep(0.25)
-    for pid in _our_pids(head.temp_dir):  # stragglers of this head only, by pid
+    for pid in pids_naming(str(head.temp_dir)):  # stragglers of this head only, by pid
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)

@@ -74,7 +74,7 @@ def start_ray(root: Path, slots: int, *, timeout_s: float = 180.0) -> Proc:
     }
     for var in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS"):
         env.pop(var, None)
-    gcs, dash, nm, om, client, agent, agent_grpc, metrics, rt_env, workers = _ray_ports()
+    gcs, dash, nm, om, client, agent, agent_grpc, metrics, rt_env, workers = ray_ports()
     ray = Path(sys.executable).with_name("ray")
     cmd = [
         str(ray),
@@ -122,7 +122,7 @@ def start_ray(root: Path, slots: int, *, timeout_s: float = 180.0) -> Proc:
     raise RuntimeError(f"Ray dashboard not ready after {timeout_s} s: {head.tail()}")
 
 
-def _ray_ports(n_workers: int = 40) -> list[int]:
+def ray_ports(n_workers: int = 40) -> list[int]:
     """Nine free ports and the first of ``n_workers + 1`` worker ports, none of the nine inside
     the worker range (Ray refuses to start on such an overlap)."""
     while True:
