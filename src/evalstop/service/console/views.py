@@ -190,33 +190,32 @@ async def override(request: Request, job_id: str) -> Response:
 
 @router.post("/jobs/{job_id}/retry")
 async def retry(request: Request, job_id: str) -> Response:
-    session, form, refused = await _checked_form(request)
-    if refused is not None or session is None:
-        return refused or _to_login()
-    actor = controls.Actor(session.tenant, session.name, "console")
-    return await _act(request, session, job_id, lambda: controls.retry_stop(
-        _ctx(request).store, job_id, actor, form.get("reason", "")[:1000]))
+    return await _control(request, job_id, lambda store, session, actor, reason, form: controls.retry_stop(
+        store, job_id, actor, reason))
 
 
 @router.post("/jobs/{job_id}/shadow")
 async def shadow(request: Request, job_id: str) -> Response:
-    session, form, refused = await _checked_form(request)
-    if refused is not None or session is None:
-        return refused or _to_login()
-    actor = controls.Actor(session.tenant, session.name, "console")
-    enabled, reason = form.get("enabled") == "true", form.get("reason", "")[:1000]
-    return await _act(request, session, job_id, lambda: domain.set_job_shadow(
-        _ctx(request).store, job_id, session.tenant, enabled, actor=actor, reason=reason))
+    return await _control(request, job_id, lambda store, session, actor, reason, form: domain.set_job_shadow(
+        store, job_id, session.tenant, form.get("enabled") == "true", actor=actor, reason=reason))
 
 
 @router.post("/jobs/{job_id}/release")
 async def release(request: Request, job_id: str) -> Response:
+    return await _control(request, job_id, lambda store, session, actor, reason, form: controls.release(
+        store, job_id, actor, reason))
+
+
+async def _control(request: Request, job_id: str, apply: Any) -> Response:
+    """A hand control from a job page's form: signed in, CSRF checked, acted on as the session's
+    principal (audited under the console channel) with the form's reason."""
     session, form, refused = await _checked_form(request)
     if refused is not None or session is None:
         return refused or _to_login()
     actor = controls.Actor(session.tenant, session.name, "console")
-    return await _act(request, session, job_id, lambda: controls.release(
-        _ctx(request).store, job_id, actor, form.get("reason", "")[:1000]))
+    reason = form.get("reason", "")[:1000]
+    return await _act(request, session, job_id,
+                      lambda: apply(_ctx(request).store, session, actor, reason, form))
 
 
 async def _act(request: Request, session: Session, job_id: str, apply: Any) -> Response:
