@@ -257,19 +257,13 @@ class ClusterSim:
 
     def _end_at_milestone(self, job: Job, now: float, killed: bool, best_index: int | None) -> None:
         """Kill (delivering eval ``best_index``) or complete the job at its milestone: its service is the
-        target, its restore overhead is what it spent of it by ``now``. (``_close_segment`` and
-        ``_release``, inlined: every job ends here once.)"""
+        target, its restore overhead is what it spent of it by ``now``. (``_close_segment``
+        inlined: its service is known exactly here.)"""
         elapsed, left = now - job.seg_start, job.overhead_left
         job.gpu_s_overhead += (left if left < elapsed else elapsed) * job.gpus  # min(elapsed, left)
         job.attained_at_seg = job.view.attained_s = job.target_s
         job.seg_start = now
-        job.version += 1
-        job.overhead_left = 0.0
-        job.view.running = False
-        del self.running[job.job_id]
-        self.used_gpus -= job.gpus
-        if self._on_stop is not None:
-            self._on_stop(job.view, now)
+        self._release(job, now)
         if self._on_job_end is not None:
             self._on_job_end(job.view, now)
         job_id = job.job_id
