@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from fastapi.testclient import TestClient
 
@@ -131,13 +132,19 @@ def test_savings_page_shows_the_reports_numbers(api: Api) -> None:
     assert (int(shown.group(1)), shown.group(2)) == want
 
 
-def test_retry_button_for_a_failed_stop(api: Api) -> None:
+def _failed_stop_signed_in(api: Api) -> tuple[dict[str, Any], Any]:
+    """A tenant's job whose stop failed for good (a permanent signal error), and a console
+    client signed in as that tenant."""
     token = api.tenant("acme")
     job = api.job(token, grace_period_s=0)
     api.adapter().fail_next("signal", 1, retryable=False)
     api.post(token, job["id"], {"scores": [{"step": s, "value": v} for s, v in DECLINING]})
     api.ctx.worker.run_once()
-    c = sign_in(api.client, token, "bob")
+    return job, sign_in(api.client, token, "bob")
+
+
+def test_retry_button_for_a_failed_stop(api: Api) -> None:
+    job, c = _failed_stop_signed_in(api)
     url = f"/ui/jobs/{job['id']}"
     page = c.get(url).text
     assert 'id="retry-stop"' in page and "in signal: AdapterError" in page
@@ -183,12 +190,7 @@ def test_console_pages_on_both_databases(api_any_db: Api) -> None:
 
 
 def test_release_button_for_a_failed_stop(api: Api) -> None:
-    token = api.tenant("acme")
-    job = api.job(token, grace_period_s=0)
-    api.adapter().fail_next("signal", 1, retryable=False)
-    api.post(token, job["id"], {"scores": [{"step": s, "value": v} for s, v in DECLINING]})
-    api.ctx.worker.run_once()
-    c = sign_in(api.client, token, "bob")
+    job, c = _failed_stop_signed_in(api)
     url = f"/ui/jobs/{job['id']}"
     page = c.get(url).text
     assert 'id="release"' in page

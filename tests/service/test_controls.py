@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 
@@ -35,13 +36,19 @@ def test_overrides_through_the_api_are_audited(api: Api) -> None:
     assert api.client.get(f"{url}/audit", headers=api.as_(other)).status_code == 404
 
 
-def test_a_failed_stop_has_its_errors_in_the_history_and_can_be_retried(api_any_db: Api) -> None:
-    api = api_any_db
+def failed_stop(api: Api) -> tuple[str, dict[str, Any]]:
+    """A tenant's token and its job whose stop failed for good (a permanent pin error)."""
     token = api.tenant("acme")
     job = api.job(token, grace_period_s=0)
     api.adapter().fail_next("pin_checkpoint", 1, retryable=False)
     api.post(token, job["id"], scores(DECLINING))
     api.ctx.worker.run_once()
+    return token, job
+
+
+def test_a_failed_stop_has_its_errors_in_the_history_and_can_be_retried(api_any_db: Api) -> None:
+    api = api_any_db
+    token, job = failed_stop(api)
     url = f"/v1/jobs/{job['id']}"
     assert api.client.get(url, headers=api.as_(token)).json()["state"] == "stop_failed"
     other = api.tenant("other")
@@ -114,11 +121,7 @@ def test_shadow_and_reclaimed_reports_are_scoped_per_tenant(api_any_db: Api) -> 
 
 def test_a_job_whose_stop_failed_can_be_released_and_its_reference_reused(api_any_db: Api) -> None:
     api = api_any_db
-    token = api.tenant("acme")
-    job = api.job(token, grace_period_s=0)
-    api.adapter().fail_next("pin_checkpoint", 1, retryable=False)
-    api.post(token, job["id"], scores(DECLINING))
-    api.ctx.worker.run_once()
+    token, job = failed_stop(api)
     url = f"/v1/jobs/{job['id']}"
     again = {"external_ref": job["external_ref"], "target": "recording"}
     taken = api.client.post("/v1/jobs", json=again, headers=api.as_(token))
