@@ -29,7 +29,11 @@ from evalstop.testbed import WorkloadSpec
 from evalstop.testbed.cluster import pids_naming
 from evalstop.testbed.run import run_testbed
 from evalstop.testbed.simcheck import slot_ready_s
-from evalstop.testbed.summary import stop_decision
+from testbed_checks import (
+    by_name,
+    check_delivered_checkpoint_is_the_best,
+    check_freed_slots_go_to_queued_jobs,
+)
 
 pytestmark = pytest.mark.slow
 SPEC = WorkloadSpec(n_jobs=8, seed=3, mean_interarrival_s=1.0, step_time_s=0.04)
@@ -41,10 +45,6 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any],
     summary = run_testbed(SPEC, 2, out, timeout_s=300)
     raw = json.loads((out / "raw.json").read_text())
     return out, summary, raw
-
-
-def by_name(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {r["name"]: r for r in rows}
 
 
 def test_every_hacking_job_is_stopped_through_ray(run: tuple[Path, dict[str, Any], dict[str, Any]]) -> None:
@@ -68,39 +68,11 @@ def test_every_hacking_job_is_stopped_through_ray(run: tuple[Path, dict[str, Any
 
 
 def test_freed_slot_goes_to_a_queued_job(run: tuple[Path, dict[str, Any], dict[str, Any]]) -> None:
-    _, summary, _ = run
-    enforced, shadow = summary["jobs"]["enforced"], by_name(summary["jobs"]["shadow"])
-    checked = 0
-    for stopped in (j for j in enforced if j["enforced_stop"]):
-        waiting = [j for j in enforced if j["arrival_s"] <= stopped["end_s"] < j["dispatch_s"]]
-        if not waiting:
-            continue
-        # without the stop, its process would have trained as long as in the shadow arm
-        natural_end = stopped["proc_start_s"] + shadow[stopped["name"]]["train_s"]
-        successor = min(waiting, key=lambda j: j["dispatch_s"])
-        assert successor["name"] == min(waiting, key=lambda j: j["arrival_s"])["name"]  # FIFO
-        assert stopped["end_s"] <= successor["dispatch_s"] < natural_end, (stopped, successor)
-        checked += 1
-    assert checked >= 1, "no stop happened while a job was queued: the trace does not test reuse"
+    check_freed_slots_go_to_queued_jobs(run[1], 2)
 
 
 def test_delivered_checkpoint_is_the_best(run: tuple[Path, dict[str, Any], dict[str, Any]]) -> None:
-    _, summary, raw = run
-    records = by_name(raw["enforced"])
-    for job in (j for j in summary["jobs"]["enforced"] if j["enforced_stop"]):
-        decision = stop_decision(records[job["name"]])
-        assert decision is not None
-        assert job["delivered_step"] == decision["best_step"]
-        ckpt = Path(job["delivered_checkpoint"])
-        assert ckpt.name == f"step-{decision['best_step']:06d}" and (ckpt / "theta.npy").exists()
-        assert (ckpt / ".evalstop-pin.json").exists(), "the adapter did not pin the best checkpoint"
-        seen = [e for e in records[job["name"]]["evals"] if e["step"] <= decision["step"]]
-        assert decision["best_step"] == max(seen, key=lambda e: e["score"])["step"]
-        assert job["delivered_gold"] > shadow_final_gold(summary, job["name"])  # stopping paid off
-
-
-def shadow_final_gold(summary: dict[str, Any], name: str) -> float:
-    return float(by_name(summary["jobs"]["shadow"])[name]["final_gold"])
+    check_delivered_checkpoint_is_the_best(run[1], run[2])
 
 
 def test_same_seeds_same_curves_and_clean_exit(run: tuple[Path, dict[str, Any], dict[str, Any]]) -> None:

@@ -30,6 +30,11 @@ from evalstop.testbed.cluster import pids_naming
 from evalstop.testbed.run import run_testbed
 from evalstop.testbed.slurm_cluster import missing
 from evalstop.testbed.summary import stop_decision
+from testbed_checks import (
+    by_name,
+    check_delivered_checkpoint_is_the_best,
+    check_freed_slots_go_to_queued_jobs,
+)
 
 pytestmark = pytest.mark.slow
 SLOTS = 2  # per arm
@@ -45,10 +50,6 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any],
     summary = run_testbed(SPEC, SLOTS, out, engine="slurm", timeout_s=240)
     raw = json.loads((out / "raw.json").read_text())
     return out, summary, raw
-
-
-def by_name(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {r["name"]: r for r in rows}
 
 
 def test_the_trace_mixes_all_three_kinds(run: tuple[Path, dict[str, Any], dict[str, Any]]) -> None:
@@ -92,40 +93,11 @@ def test_every_hacking_job_is_stopped_through_slurm(run: tuple[Path, dict[str, A
 
 
 def test_freed_slot_goes_to_a_queued_job(run: tuple[Path, dict[str, Any], dict[str, Any]]) -> None:
-    _, summary, _ = run
-    enforced, shadow = summary["jobs"]["enforced"], by_name(summary["jobs"]["shadow"])
-    checked = 0
-    for stopped in (j for j in enforced if j["enforced_stop"]):
-        waiting = [j for j in enforced if j["arrival_s"] <= stopped["end_s"] < j["dispatch_s"]]
-        if not waiting:
-            continue
-        # Where it would have ended unstopped: its own start plus the shadow run's training time
-        # (start-up varies with the machine's load; the paced training does not).
-        natural_end = stopped["proc_start_s"] + shadow[stopped["name"]]["train_s"]
-        successor = min(waiting, key=lambda j: j["dispatch_s"])
-        assert successor["name"] == min(waiting, key=lambda j: j["arrival_s"])["name"]  # FIFO
-        assert stopped["end_s"] <= successor["dispatch_s"], (stopped, successor)
-        held = sum(k["slots"] for k in enforced if k["dispatch_s"] <= stopped["end_s"] < k["end_s"])
-        if successor["slots"] > SLOTS - held:
-            continue  # it also needed a slot another job still held: not this stop's to give
-        assert successor["dispatch_s"] < natural_end, (stopped, successor)
-        checked += 1
-    assert checked >= 1, "no stop happened while a job was queued: the trace does not test reuse"
+    check_freed_slots_go_to_queued_jobs(run[1], SLOTS)
 
 
 def test_delivered_checkpoint_is_the_best(run: tuple[Path, dict[str, Any], dict[str, Any]]) -> None:
-    _, summary, raw = run
-    records, shadow = by_name(raw["enforced"]), by_name(summary["jobs"]["shadow"])
-    for job in (j for j in summary["jobs"]["enforced"] if j["enforced_stop"]):
-        decision = stop_decision(records[job["name"]])
-        assert decision is not None
-        assert job["delivered_step"] == decision["best_step"]
-        ckpt = Path(job["delivered_checkpoint"])
-        assert ckpt.name == f"step-{decision['best_step']:06d}" and (ckpt / "theta.npy").exists()
-        assert (ckpt / ".evalstop-pin.json").exists(), "the adapter did not pin the best checkpoint"
-        seen = [e for e in records[job["name"]]["evals"] if e["step"] <= decision["step"]]
-        assert decision["best_step"] == max(seen, key=lambda e: e["score"])["step"]
-        assert job["delivered_gold"] > shadow[job["name"]]["final_gold"]  # stopping paid off
+    check_delivered_checkpoint_is_the_best(run[1], run[2])
 
 
 def test_same_seeds_same_curves_and_clean_exit(run: tuple[Path, dict[str, Any], dict[str, Any]]) -> None:
