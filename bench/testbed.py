@@ -77,7 +77,9 @@ def main() -> None:
     parser.add_argument("--interarrival", type=float, default=4.0)
     parser.add_argument("--step-time", type=float, default=0.06)
     parser.add_argument("--engine", choices=("ray", "slurm"), default="ray")
+    parser.add_argument("--hack-share", type=float, default=0.5)
     parser.add_argument("--sft-share", type=float, default=0.2)
+    parser.add_argument("--grpo-share", type=float, default=0.0, help="TRL GRPO jobs (the hf extra)")
     parser.add_argument("--max-slots", type=int, default=1, help="jobs take 1..M slots (default 1)")
     parser.add_argument("--out", type=Path, default=Path("bench-testbed"))
     parser.add_argument(
@@ -96,13 +98,17 @@ def main() -> None:
             seed=seed,
             mean_interarrival_s=args.interarrival,
             step_time_s=args.step_time,
+            hack_share=args.hack_share,
             sft_share=args.sft_share,
+            grpo_share=args.grpo_share,
             max_slots=args.max_slots,
         )
         command = (
             f"python bench/testbed.py --engine {args.engine} --jobs {args.jobs} --slots {args.slots} "
             f"--seeds {seed} --interarrival {args.interarrival} --step-time {args.step_time} "
             f"--sft-share {args.sft_share}"
+            + (f" --hack-share {args.hack_share}" if args.hack_share != 0.5 else "")
+            + (f" --grpo-share {args.grpo_share}" if args.grpo_share else "")
             + (f" --max-slots {args.max_slots}" if args.max_slots > 1 else "")
             + (" --sequential" if args.sequential else "")
         )
