@@ -93,17 +93,24 @@ class RayEngine:
         return sid
 
     def poll(self, refs: Collection[str]) -> dict[str, Status] | None:
+        """One ``GET /api/jobs/{id}`` per running job: the cost follows this arm's running jobs,
+        not every job the cluster has ever run (``GET /api/jobs/`` lists them all, and on a
+        shared cluster that list only grows)."""
         import httpx
 
-        try:
-            resp = self._api.get("/api/jobs/")
-        except httpx.TransportError:  # a busy dashboard: poll again (the arm's timeout bounds it)
-            return None
-        if resp.status_code >= 500:
-            return None
-        resp.raise_for_status()
-        by_sid = {j.get("submission_id"): j for j in resp.json()}
-        return {ref: _status(by_sid[ref]) for ref in refs if ref in by_sid}
+        out: dict[str, Status] = {}
+        for ref in refs:
+            try:
+                resp = self._api.get(f"/api/jobs/{ref}")
+            except httpx.TransportError:  # a busy dashboard: poll again (the arm's timeout bounds it)
+                return None
+            if resp.status_code >= 500:
+                return None
+            if resp.status_code == 404:  # not known yet: the submission is still being recorded
+                continue
+            resp.raise_for_status()
+            out[ref] = _status(resp.json())
+        return out
 
     def warm_up(self, argv: list[str], timeout_s: float = 180.0) -> float:
         started = time.time()
