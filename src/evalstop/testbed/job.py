@@ -83,8 +83,15 @@ def training(plan: dict[str, Any], pace: Callable[[], None] = lambda: None) -> I
     """The job's training run without the service: one point per eval; ``pace()`` after each
     step (the job pads steps to ``step_time_s`` with it). Deterministic in ``plan["seed"]``."""
     from ..workloads.bank import BASE
-    from ..workloads.rl_toy import _policy_gradient, _record, fit_proxy, make_env, policy, softmax
-    from ..workloads.rl_toy import _standardise as standardise
+    from ..workloads.rl_toy import (
+        fit_proxy,
+        make_env,
+        policy,
+        policy_gradient,
+        record_eval,
+        softmax,
+        standardise,
+    )
     from .sft import demonstrations, sft_gradient
     from .workload import KIND_CONFIG
 
@@ -100,13 +107,13 @@ def training(plan: dict[str, Any], pace: Callable[[], None] = lambda: None) -> I
     theta = np.zeros(env.features.shape[-1])
     for step in range(1, config.n_steps + 1):
         if demos is None:
-            theta += config.lr * _policy_gradient(config, theta, reward, env, train_rng)
+            theta += config.lr * policy_gradient(config, theta, reward, env, train_rng)
         else:
             theta += config.lr * sft_gradient(theta, env, demos, train_rng)
         pace()
         if step in eval_at:
             record: dict[str, list[Any]] = {"steps": [], "scores": [], "items": [], "proxy": [], "gold": []}
-            _record(record, step, policy(env, theta), env, proxy, eval_rng, config.eval_samples)
+            record_eval(record, step, policy(env, theta), env, proxy, eval_rng, config.eval_samples)
             yield EvalPoint(step, theta.copy(), record["scores"][0], record["gold"][0], record["proxy"][0])
 
 

@@ -158,7 +158,7 @@ def fit_proxy(config: ToyConfig, env: Env, rng: np.random.Generator) -> FloatArr
     p_a = 1.0 / (1.0 + np.exp(-config.label_scale * (liked[x, a] - liked[x, b])))
     label = (rng.random(config.n_comparisons) < p_a).astype(float)
     w = _logistic_newton(diff, label, l2=1.0)
-    return _standardise(env.features @ w, pi0)
+    return standardise(env.features @ w, pi0)
 
 
 def run_toy(config: ToyConfig, seed: int | np.random.SeedSequence) -> ToyRun:
@@ -169,14 +169,14 @@ def run_toy(config: ToyConfig, seed: int | np.random.SeedSequence) -> ToyRun:
     env = make_env(config, env_rng)
     proxy = fit_proxy(config, env, proxy_rng)
     pi0 = softmax(env.init_logits)
-    reward = proxy if config.target == "proxy" else _standardise(env.gold, pi0)
+    reward = proxy if config.target == "proxy" else standardise(env.gold, pi0)
     theta = np.zeros(env.features.shape[-1])
     eval_at = set(np.linspace(0, config.n_steps, config.n_evals + 1).round().astype(int)[1:].tolist())
     record: dict[str, list[Any]] = {"steps": [], "scores": [], "items": [], "proxy": [], "gold": []}
     for step in range(1, config.n_steps + 1):
-        theta += config.lr * _policy_gradient(config, theta, reward, env, train_rng)
+        theta += config.lr * policy_gradient(config, theta, reward, env, train_rng)
         if step in eval_at:
-            _record(record, step, policy(env, theta), env, proxy, eval_rng, config.eval_samples)
+            record_eval(record, step, policy(env, theta), env, proxy, eval_rng, config.eval_samples)
     return ToyRun(
         steps=tuple(record["steps"]),
         scores=tuple(record["scores"]),
@@ -192,7 +192,7 @@ def policy(env: Env, theta: FloatArray, prompts: NDArray[np.int64] | None = None
     return softmax(env.init_logits[rows] + env.features[rows] @ theta)
 
 
-def _policy_gradient(
+def policy_gradient(
     config: ToyConfig, theta: FloatArray, reward: FloatArray, env: Env, rng: np.random.Generator
 ) -> FloatArray:
     """REINFORCE estimate of the gradient of E[reward - kl_coef * log(pi / pi0)] in ``theta``,
@@ -213,7 +213,7 @@ def _policy_gradient(
     return grad / (config.samples_per_prompt * config.batch_prompts)
 
 
-def _record(
+def record_eval(
     record: dict[str, list[Any]],
     step: int,
     pi: FloatArray,
@@ -238,7 +238,7 @@ def _sample(probs: FloatArray, rng: np.random.Generator) -> NDArray[np.int64]:
     return np.asarray(np.minimum(idx, probs.shape[1] - 1), dtype=np.int64)
 
 
-def _standardise(values: FloatArray, pi0: FloatArray) -> FloatArray:
+def standardise(values: FloatArray, pi0: FloatArray) -> FloatArray:
     centred = values - (pi0 * values).sum(axis=1, keepdims=True)
     sd = float(np.sqrt((pi0 * centred**2).sum(axis=1).mean()))
     return np.asarray(centred / (sd if sd > 0 else 1.0), dtype=float)
