@@ -26,6 +26,7 @@ import hashlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -42,6 +43,8 @@ from .trace_curves import (
 
 REQUIRED = ("job_id", "submit_s", "gpus", "duration_s")
 OPTIONAL = ("kind", "tenant")
+#: The ``[workload]`` keys of a trace, in the order of :class:`TraceFiles`'s fields.
+CONFIG_KEYS = ("trace", "curves", "curves_truth", "curves_for_all_jobs")
 
 
 class _Rows:
@@ -143,6 +146,35 @@ class TraceFiles:
                 "workload.curves_truth and workload.curves_for_all_jobs need workload.curves (a curves "
                 f"file). Got curves_truth={self.curves_truth!r}, "
                 f"curves_for_all_jobs={self.curves_for_all_jobs!r} without it.")
+
+    @classmethod
+    def from_config(
+        cls, workload: dict[str, Any], base_dir: Path, other_source: str = ""
+    ) -> TraceFiles | None:
+        """Pop ``trace``, ``curves``, ``curves_truth`` and ``curves_for_all_jobs`` off a
+        ``[workload]`` table; paths are relative to ``base_dir`` (the config file's directory).
+        ``other_source`` names another job source of the config, which ``trace`` excludes."""
+        values = {key: workload.pop(key, None) for key in CONFIG_KEYS}
+        jobs, curves, truth, all_jobs = values.values()
+        given = [k for k, v in values.items() if v is not None]
+        if jobs is None and given:
+            raise InvalidParameterError(f"workload.{given[0]} needs workload.trace (a jobs.csv): the "
+                                        "curves file holds curves of that file's jobs")
+        if jobs is None:
+            return None
+        if other_source:
+            raise InvalidParameterError(
+                f"workload.trace (your own jobs.csv) and {other_source} cannot be combined")
+        if not isinstance(jobs, str) or not jobs:
+            raise InvalidParameterError(f"workload.trace must be a path to a jobs.csv. Got {jobs!r} instead.")
+        for key, value in (("curves", curves), ("curves_truth", truth)):
+            if value is not None and (not isinstance(value, str) or not value):
+                raise InvalidParameterError(f"workload.{key} must be a file path. Got {value!r} instead.")
+        if all_jobs is not None and not isinstance(all_jobs, bool):
+            raise InvalidParameterError(
+                f"workload.curves_for_all_jobs must be true or false. Got {all_jobs!r} instead.")
+        return cls(str(base_dir / jobs), None if curves is None else str(base_dir / curves),
+                   None if truth is None else str(base_dir / truth), bool(all_jobs))
 
     def check(self, total_gpus: int) -> None:
         """Read and check every file now (a bad row is reported before anything runs)."""
