@@ -13,7 +13,7 @@ import pytest
 from evalstop._validation import InvalidParameterError
 from evalstop.experiments.policies import PolicySpec
 from evalstop.schedulers import FIFO
-from evalstop.sim.cluster import simulate
+from evalstop.sim.cluster import SimConfig, simulate
 from evalstop.sim.outcome import JobOutcome, SimResult
 from evalstop.workloads import PRESETS, Workload
 from evalstop.workloads.jobs_csv import TraceFiles, load_jobs_csv
@@ -80,6 +80,28 @@ def test_a_progress_column_places_the_evals(tmp_path: Path) -> None:
     assert killed.killed and killed.end_s == pytest.approx(400.0)
 
 
+def test_under_preemption_the_kill_is_at_the_attained_service_and_both_eval_paths_agree(
+    tmp_path: Path
+) -> None:
+    """Every job takes all 8 GPUs and SRTF-Est preempts: job 10's second decline (step 7) comes
+    when its attained service reaches 70 % of 1000 s, however its runs are cut; the fast path
+    (kill planned at arrival) and the event path (one event per eval) give the same log."""
+    jobs = "job_id,submit_s,gpus,duration_s\n10,0,8,1000\n20,300,8,200\n30,350,8,300\n"
+    trace = files(tmp_path, "job_id,step,score\n" + rows(10, PEAKED), jobs=jobs)
+    workload = load_jobs_csv(trace, CONFIG.with_(total_gpus=8, budget_error_sigma=0.0), seed=1)
+    policy = PolicySpec("EvalStop + SRTF-Est", "srtf", {}, "evalstop:k=2,against=best", None, False)
+    logs = set()
+    for path in ("fast", "events"):
+        scheduler, _ = policy.build()
+        result = simulate(workload, scheduler, SimConfig(preempt_overhead_s=50.0, eval_path=path))
+        killed = by_id(result)[10]
+        assert killed.killed and killed.n_preemptions == 1 and killed.stop_progress == pytest.approx(0.7)
+        # Runs 0..300 (300 s), waits for jobs 20 and 30 (300..800), restores 50 s, runs 400 s more.
+        assert killed.end_s == pytest.approx(800.0 + 50.0 + 400.0)
+        logs.add(result.event_log_hash)
+    assert len(logs) == 1
+
+
 def test_nan_scores_never_kill_a_job(tmp_path: Path) -> None:
     """A rising curve with missing and NaN evals (and a job whose every eval is NaN) runs to the end."""
     holes = "20,1,0.1\n20,2,\n20,3,nan\n20,4,0.4\n20,5,nan\n20,6,0.6\n"
@@ -127,7 +149,7 @@ def test_the_same_spec_gives_the_same_event_log_hash_in_another_process(tmp_path
     here = run(load_jobs_csv(trace, CONFIG, seed=5)).event_log_hash
     code = (
         "from evalstop.experiments.policies import PolicySpec\n"
-        "from evalstop.sim.cluster import simulate\n"
+        "from evalstop.sim.cluster import SimConfig, simulate\n"
         "from evalstop.workloads import PRESETS\n"
         "from evalstop.workloads.jobs_csv import TraceFiles, load_jobs_csv\n"
         f"w = load_jobs_csv(TraceFiles({trace.jobs!r}, {trace.curves!r}), "
