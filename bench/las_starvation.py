@@ -8,6 +8,7 @@ wait reaches that multiple of the job's last run).
 
     .venv/bin/python bench/las_starvation.py                 # 2,000 jobs, 24/48/96 h, ratios 1/4/16
     .venv/bin/python bench/las_starvation.py --jobs 5000 --limits-h 8 24 --ratios 4
+    .venv/bin/python bench/las_starvation.py --min-run-s 3600         # with a 1 h run quantum
 
 With the guard on, LAS ranks through the generic ``order`` path (no static-rank heaps), so it
 costs far more CPU per event than plain LAS; keep the job count small.
@@ -19,7 +20,7 @@ import argparse
 import time
 
 from evalstop.schedulers import FIFO, LAS, Scheduler
-from evalstop.sim.cluster import simulate
+from evalstop.sim.cluster import SimConfig, simulate
 from evalstop.sim.metrics import compute_metrics
 from evalstop.workloads import PRESETS, generate
 
@@ -34,6 +35,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--limits-h", type=float, nargs="*", default=[24.0, 48.0, 96.0])
     parser.add_argument("--ratios", type=float, nargs="*", default=[1.0, 4.0, 16.0])
+    parser.add_argument("--min-run-s", type=float, default=0.0,
+                        help="SimConfig.min_run_s, the run quantum after a restore (default 0)")
     args = parser.parse_args()
     config = PRESETS["paper"].with_(n_jobs=args.jobs, total_gpus=args.gpus, offered_load=args.load)
     workload = generate(config, args.seed)
@@ -42,11 +45,13 @@ def main() -> None:
         policies.append((f"las promote_after_wait_s={h:g} h", LAS(promote_after_wait_s=h * HOUR_S)))
     for r in args.ratios:
         policies.append((f"las promote_after_wait_ratio={r:g}", LAS(promote_after_wait_ratio=r)))
-    print(f"paper preset, {args.jobs} jobs, {args.gpus} GPUs, offered load {args.load}, seed {args.seed}")
+    sim = SimConfig(min_run_s=args.min_run_s)
+    print(f"paper preset, {args.jobs} jobs, {args.gpus} GPUs, offered load {args.load}, seed {args.seed}, "
+          f"min_run_s {args.min_run_s:g}")
     print(f"{'policy':<38}{'p50 JCT h':>11}{'p99 JCT h':>11}{'max JCT h':>11}{'preempts':>10}{'cpu s':>8}")
     for name, scheduler in policies:
         cpu0 = time.process_time()
-        result = simulate(workload, scheduler)
+        result = simulate(workload, scheduler, sim)
         cpu = time.process_time() - cpu0
         m = compute_metrics(result)
         jct_max = max(o.end_s - o.arrival_s for o in result.outcomes)
