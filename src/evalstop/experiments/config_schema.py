@@ -54,7 +54,7 @@ def workload_keys(*extra: Key) -> Table:
 #: ``[workload] trace``: a user's own job list (``workloads.jobs_csv``).
 JOBS_CSV = (
     Key("trace", ("string",), "a jobs.csv of your own jobs (job_id,submit_s,gpus,duration_s"
-        "[,kind,tenant]), instead of generated arrivals; see docs/model.md"),
+        "[,kind,tenant]), instead of generated arrivals; columns in docs/studies.md"),
     Key("curves", ("string",), "with trace: eval curves of its jobs in the `evalstop replay` format "
         "(job_id,step,score[,progress,loss,items]); jobs without one keep drawn curves"),
     Key("curves_truth", ("string",), "with curves: their ground truth, an `evalstop bank` truth.csv "
