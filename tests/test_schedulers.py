@@ -370,7 +370,8 @@ def test_make_scheduler_passes_params() -> None:
             "las",
             {"thresholds": (1.0,), "z": 2},
             r"Unknown parameter\(s\) 'thresholds', 'z' for scheduler 'las'. "
-            r"Valid parameters: 'backfill', 'preemptive', 'promote_after_wait_s', 'thresholds_gpu_s'.",
+            r"Valid parameters: 'backfill', 'preemptive', 'promote_after_wait_ratio', "
+            r"'promote_after_wait_s', 'thresholds_gpu_s'.",
         ),
         (
             "gittins",

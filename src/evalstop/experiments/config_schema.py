@@ -52,9 +52,17 @@ def workload_keys(*extra: Key) -> Table:
 
 
 #: ``[workload] trace``: a user's own job list (``workloads.jobs_csv``).
-JOBS_CSV = Key("trace", ("string",), "a jobs.csv of your own jobs (job_id,submit_s,gpus,duration_s"
-               "[,kind,tenant]), instead of generated arrivals; see docs/model.md")
-WORKLOAD = workload_keys(JOBS_CSV)
+JOBS_CSV = (
+    Key("trace", ("string",), "a jobs.csv of your own jobs (job_id,submit_s,gpus,duration_s"
+        "[,kind,tenant]), instead of generated arrivals; columns in docs/studies.md"),
+    Key("curves", ("string",), "with trace: eval curves of its jobs in the `evalstop replay` format "
+        "(job_id,step,score[,progress,loss,items]); jobs without one keep drawn curves"),
+    Key("curves_truth", ("string",), "with curves: their ground truth, an `evalstop bank` truth.csv "
+        "(job_id,hacking[,true_gold]); default: taken from the curves"),
+    Key("curves_for_all_jobs", ("boolean",),
+        "with curves: a job without a curve is an error (default false)"),
+)
+WORKLOAD = workload_keys(*JOBS_CSV)
 SIM = Table("[sim]", _fields_as_keys(SimConfig), "simulator settings")
 POLICY = Table("[[policy]]", (
     Key("label", ("string",), "the row's name in tables (unique; default: the base scheduler)"),
@@ -69,7 +77,7 @@ SIMULATE = Table("evalstop simulate config", (
     Key("seeds", ("array",), "workload seeds, non-empty, each >= 0 (default [1])", items="integer"),
     Key("workload", ("object",), table=workload_keys(
         Key("bank", ("string",), "an `evalstop bank` directory whose runs the RLHF jobs replay"),
-        JOBS_CSV)),
+        *JOBS_CSV)),
     Key("sim", ("object",), table=SIM),
     Key("policy", ("array",), "the policies to compare: at least one [[policy]] table", table=POLICY,
         required=True),

@@ -20,6 +20,7 @@ from ..sim.cluster import SimConfig, simulate
 from ..sim.metrics import compute_metrics
 from ..workloads import Workload, WorkloadConfig, generate
 from ..workloads.bank import BankRun, bank_workload
+from ..workloads.jobs_csv import TraceFiles
 from .policies import PolicySpec
 
 Row = dict[str, Any]
@@ -32,12 +33,13 @@ def run_seed(
     seed: int,
     sim: SimConfig | None = None,
     bank: Sequence[BankRun] | None = None,
-    trace: str | None = None,
+    trace: str | TraceFiles | None = None,
 ) -> list[Row]:
     """Pure: one workload for ``seed``, every policy on it, one metrics row per policy. With a
     ``bank``, the RLHF jobs take their eval curves and truth from bank runs (drawn with the same
     seed); sizes, arrivals and the LoRA/DPO jobs stay those of the preset. With a ``trace``
-    (a ``jobs.csv``, see ``workloads.jobs_csv``) the jobs are the file's."""
+    (a ``jobs.csv``, or a ``TraceFiles`` with its curves; see ``workloads.jobs_csv``) the jobs
+    are the file's."""
     if trace is not None:
         from ..workloads.jobs_csv import load_jobs_csv
 
@@ -75,7 +77,7 @@ def run_seeds(
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
     bank: Sequence[BankRun] | None = None,
-    trace: str | None = None,
+    trace: str | TraceFiles | None = None,
 ) -> list[Row]:
     """All rows for all seeds, in seed order. ``workers=1`` runs in this process."""
     workers = workers or min(len(seeds), os.cpu_count() or 1)

@@ -13,7 +13,7 @@ from ..sim.cluster import SimConfig
 from ..sim.metrics import metrics_table
 from ..workloads import PRESETS, WorkloadConfig
 from ..workloads.bank import BankRun, read_bank
-from ..workloads.jobs_csv import read_jobs_csv
+from ..workloads.jobs_csv import TraceFiles
 from .config_schema import SIMULATE, check_policies
 from .legend import legend_lines
 from .policies import PolicySpec
@@ -28,6 +28,8 @@ n_jobs = 1000
 offered_load = 0.7
 # bank = "bank"     # RLHF jobs replay runs of this `evalstop bank` directory (relative to this file)
 # trace = "jobs.csv" # your own jobs: job_id,submit_s,gpus,duration_s[,kind,tenant] (n_jobs ignored)
+# curves = "curves.csv"      # their eval curves: job_id,step,score[,progress,loss,items] (replay format)
+# curves_truth = "truth.csv" # optional: job_id,hacking[,true_gold] (an `evalstop bank` truth.csv)
 
 [sim]
 preempt_overhead_s = 120.0
@@ -57,7 +59,7 @@ class Config(NamedTuple):
     policies: list[PolicySpec]
     seeds: list[int]
     bank: tuple[BankRun, ...] | None = None
-    trace: str | None = None  # a jobs.csv (workloads.jobs_csv), checked when loaded
+    trace: TraceFiles | None = None  # a jobs.csv and its curves (workloads.jobs_csv), checked when loaded
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -89,13 +91,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def load_config(doc: dict[str, Any], base_dir: Path | None = None) -> Config:
-    """Validate a parsed config; a relative ``workload.bank`` or ``workload.trace`` is resolved
-    against ``base_dir`` (the config file's directory; default: the working directory)."""
+    """Validate a parsed config; a relative ``workload.bank``, ``trace``, ``curves`` or
+    ``curves_truth`` is resolved against ``base_dir`` (the config file's directory; default:
+    the working directory)."""
     check_policies(doc.get("policy"), ConfigError)  # first: its messages are the most specific
     SIMULATE.check(doc, ConfigError, "top level")
     workload_doc = dict(doc.get("workload", {}))
     bank = _load_bank(workload_doc.pop("bank", None), base_dir or Path("."))
-    trace_value = workload_doc.pop("trace", None)
+    try:
+        trace = TraceFiles.from_config(workload_doc, base_dir or Path("."), "workload.bank" if bank else "")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     preset = workload_doc.pop("preset", "paper")
     for key, value in workload_doc.items():
         if isinstance(value, list):
@@ -105,14 +111,8 @@ def load_config(doc: dict[str, Any], base_dir: Path | None = None) -> Config:
         sim = SimConfig(**doc.get("sim", {}))
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    trace = None
-    if trace_value is not None:
-        if not isinstance(trace_value, str):
-            raise ConfigError(f"workload.trace must be a path to a jobs.csv. Got {trace_value!r} instead.")
-        if bank is not None:
-            raise ConfigError("workload.trace and workload.bank cannot be combined")
-        trace = str((base_dir or Path(".")) / trace_value)
-        read_jobs_csv(trace, workload.total_gpus)  # every row is checked now, not mid-run
+    if trace is not None:
+        trace.check(workload.total_gpus)  # every row of every file is checked now, not mid-run
     policies = []
     for i, p in enumerate(doc["policy"]):
         watch = p.get("watch", ["rlhf"])

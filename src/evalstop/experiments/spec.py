@@ -26,6 +26,7 @@ from ..detectors._spec import format_spec, parameter_names
 from ..sim.cluster import SimConfig
 from ..workloads import PRESETS, WorkloadConfig
 from ..workloads.bank import BankSpec
+from ..workloads.jobs_csv import TraceFiles
 from ..workloads.philly import TraceSpec
 from .config_schema import CLAIM, POLICY, STUDY, SWEEP, TRACE, WORKLOAD, check_policies
 from .policies import PolicySpec
@@ -84,8 +85,9 @@ class PointSpec:
     trace: TraceSpec | None = None
     jct_cdf: bool = False
     bank: BankSpec | None = None
-    #: ``[workload] trace = "jobs.csv"``: the user's own job list (``workloads.jobs_csv``).
-    jobs_csv: str | None = None
+    #: ``[workload] trace = "jobs.csv"``: the user's own job list, with its optional curves
+    #: (``workloads.jobs_csv.TraceFiles``).
+    jobs_csv: TraceFiles | None = None
 
     def key(self) -> str:
         doc = asdict(self)
@@ -93,7 +95,7 @@ class PointSpec:
             doc["bank_digest"] = self.bank.digest()
         del doc["jobs_csv"]  # absent from the key unless set: keys of other points are unchanged
         if self.jobs_csv is not None:
-            doc["jobs_csv_digest"] = hashlib.sha256(Path(self.jobs_csv).read_bytes()).hexdigest()
+            doc["jobs_csv_digest"] = self.jobs_csv.digest()
         if self.trace is not None:
             from ..workloads.philly import trace_digest
 
@@ -213,7 +215,9 @@ def parse_study(doc: Mapping[str, Any], source: str = "") -> StudySpec:
     preset = workload_doc.pop("preset", "paper")
     if preset not in PRESETS:
         raise SpecError(f"workload.preset must be one of {sorted(PRESETS)}. Got {preset!r} instead.")
-    jobs_csv = _jobs_csv(workload_doc.pop("trace", None), source, doc.get("trace") is not None)
+    base_dir = Path(source).parent if source else Path(".")
+    other = "a [trace] table" if doc.get("trace") is not None else ""
+    jobs_csv = TraceFiles.from_config(workload_doc, base_dir, other)
     trace_doc = doc.get("trace")
     if trace_doc is not None:
         _reject_unknown("[trace]", trace_doc, _TRACE)
@@ -274,7 +278,7 @@ class _Base:
     policies: tuple[PolicySpec, ...]
     jct_cdf: bool
     bank: BankSpec | None = None
-    jobs_csv: str | None = None
+    jobs_csv: TraceFiles | None = None
 
     def point(self, assignment: Mapping[str, Any]) -> PointSpec:
         workload, sim = dict(self.workload), dict(self.sim)
@@ -307,24 +311,10 @@ class _Base:
         for p in policies:
             p.build()  # names and parameters are checked now, not mid-sweep
         if self.jobs_csv is not None:
-            from ..workloads.jobs_csv import read_jobs_csv
-
-            read_jobs_csv(self.jobs_csv, config.total_gpus)  # every row checked now, not mid-sweep
+            self.jobs_csv.check(config.total_gpus)  # every row of every file checked now, not mid-sweep
         return PointSpec(config, SimConfig(**sim), tuple(policies),
                          None if trace is None else TraceSpec(**trace), self.jct_cdf, self.bank,
                          self.jobs_csv)
-
-
-def _jobs_csv(value: Any, source: str, has_trace_table: bool) -> str | None:
-    """``[workload] trace``: a jobs.csv path, relative to the study file's directory."""
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise SpecError(f"workload.trace must be a path to a jobs.csv. Got {value!r} instead.")
-    if has_trace_table:
-        raise SpecError("workload.trace (your own jobs.csv) and a [trace] table cannot be combined")
-    base = Path(source).parent if source else Path(".")
-    return str(base / value)
 
 
 def _set_detector_param(policy: PolicySpec, key: str, value: Any) -> PolicySpec:

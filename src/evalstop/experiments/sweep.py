@@ -34,7 +34,7 @@ __all__ = ["Cache", "Progress", "Task", "code_version", "execute", "run_point"]
 Row = dict[str, Any]
 #: Quantiles kept per row for JCT CDF plots (0, 1, ..., 100 %).
 #: Source files whose change can change a simulation result; they define the code version.
-_SIM_SOURCES = ("sim", "workloads", "detectors", "schedulers", "_validation.py", "_gc.py",
+_SIM_SOURCES = ("sim", "workloads", "detectors", "schedulers", "_validation.py", "_gc.py", "replay.py",
                 "experiments/policies.py", "experiments/runner.py", "experiments/sweep.py")
 
 

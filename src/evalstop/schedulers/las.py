@@ -86,10 +86,14 @@ class LAS(QueueLadder):
     ``promote_after_wait_s`` (default None: off) is Tiresias's starvation guard in absolute
     form: a job that has waited that many seconds since it last ran (or since it arrived) is
     promoted to queue 0, and its queue is counted from the service it had at promotion, so it
-    keeps queue 0 for one threshold's worth of service before demoting again. Promotion takes
-    effect at that exact instant: ``wake_at_s`` asks the simulator for a timer event. With the
-    guard on, a waiting job's rank changes while it waits, so the static-rank contract is off
-    and the simulator ranks by ``order``.
+    keeps queue 0 for one threshold's worth of service before demoting again.
+    ``promote_after_wait_ratio`` (default None: off) is the guard in Tiresias's ratio form
+    (STARVELIMIT): a job is promoted once it has waited that multiple of its last run (the
+    wall seconds it held its GPUs the last time it ran for a positive time, restore overhead
+    included); a job that has never run is in queue 0 already and is not promoted. Set at most
+    one of the two. Promotion takes effect at that exact instant: ``wake_at_s`` asks the
+    simulator for a timer event. With a guard on, a waiting job's rank changes while it waits,
+    so the static-rank contract is off and the simulator ranks by ``order``.
     """
 
     name = "las"
@@ -101,43 +105,78 @@ class LAS(QueueLadder):
         preemptive: bool = True,
         backfill: bool = True,
         promote_after_wait_s: float | None = None,
+        promote_after_wait_ratio: float | None = None,
     ) -> None:
         super().__init__(thresholds_gpu_s, preemptive, backfill)
+        owner = type(self).__name__
+        if promote_after_wait_s is not None and promote_after_wait_ratio is not None:
+            raise InvalidParameterError(
+                f"{owner} takes one starvation guard: 'promote_after_wait_s' (absolute) or "
+                f"'promote_after_wait_ratio' (Tiresias's ratio form), not both. Got "
+                f"promote_after_wait_s={promote_after_wait_s!r} and "
+                f"promote_after_wait_ratio={promote_after_wait_ratio!r} instead."
+            )
         if promote_after_wait_s is not None:
-            owner = type(self).__name__
             check_float(owner, "promote_after_wait_s", promote_after_wait_s, low=0.0, low_open=True)
             promote_after_wait_s = float(promote_after_wait_s)
-            self.static_rank = False
+        if promote_after_wait_ratio is not None:
+            check_float(owner, "promote_after_wait_ratio", promote_after_wait_ratio, low=0.0, low_open=True)
+            promote_after_wait_ratio = float(promote_after_wait_ratio)
         self.promote_after_wait_s = promote_after_wait_s
+        self.promote_after_wait_ratio = promote_after_wait_ratio
+        self._guard = promote_after_wait_s is not None or promote_after_wait_ratio is not None
+        if self._guard:
+            self.static_rank = False
         self._wait_since: dict[int, float] = {}  # job id -> when it last started waiting
         self._base_gpu_s: dict[int, float] = {}  # job id -> attained GPU-s at its last promotion
+        self._run_since: dict[int, float] = {}  # job id -> when it last started (ratio form)
+        self._last_run_s: dict[int, float] = {}  # job id -> its last positive run, s (ratio form)
 
-    # -- starvation guard bookkeeping (only used when promote_after_wait_s is set) --------
+    # -- starvation guard bookkeeping (only used when a guard is on) ----------------------
     def on_job_add(self, job: JobView, now: float) -> None:
-        if self.promote_after_wait_s is not None:
+        if self._guard:
             self._wait_since[job.job_id] = now
+
+    def on_start(self, job: JobView, now: float) -> None:
+        if self.promote_after_wait_ratio is not None:
+            self._run_since[job.job_id] = now
 
     def on_stop(self, job: JobView, now: float) -> None:
-        if self.promote_after_wait_s is not None:
-            self._wait_since[job.job_id] = now
+        if not self._guard:
+            return
+        self._wait_since[job.job_id] = now
+        if self.promote_after_wait_ratio is not None:
+            ran = now - self._run_since.pop(job.job_id, now)
+            if ran > 0.0:
+                self._last_run_s[job.job_id] = ran
 
     def on_job_end(self, job: JobView, now: float) -> None:
-        self._wait_since.pop(job.job_id, None)
-        self._base_gpu_s.pop(job.job_id, None)
+        for bookkeeping in (self._wait_since, self._base_gpu_s, self._run_since, self._last_run_s):
+            bookkeeping.pop(job.job_id, None)
+
+    def _wait_limit_s(self, job: JobView) -> float | None:
+        """How long ``job`` may wait before promotion (None: it is not promoted)."""
+        if self.promote_after_wait_ratio is None:
+            return self.promote_after_wait_s
+        last_run = self._last_run_s.get(job.job_id)
+        return None if last_run is None else self.promote_after_wait_ratio * last_run
 
     def wake_at_s(self, job: JobView, now: float) -> float | None:
-        if self.promote_after_wait_s is None:
+        limit = self._wait_limit_s(job) if self._guard else None
+        if limit is None:
             return None
-        return self._wait_since.get(job.job_id, now) + self.promote_after_wait_s
+        return self._wait_since.get(job.job_id, now) + limit
 
     def _promote_due(self, jobs: Sequence[JobView], now: float) -> None:
-        limit = self.promote_after_wait_s
-        if limit is None:
+        if not self._guard:
             return
         # Same tolerance as the simulator's notion of "now" (an event due within round-off).
         horizon = now + PROMOTE_TOL_S * max(1.0, abs(now))
         for job in jobs:
-            if not job.running and self._wait_since.get(job.job_id, now) + limit <= horizon:
+            if job.running:
+                continue
+            limit = self._wait_limit_s(job)
+            if limit is not None and self._wait_since.get(job.job_id, now) + limit <= horizon:
                 self._base_gpu_s[job.job_id] = job.attained_s * job.gpus
 
     def queue(self, job: JobView) -> int:
@@ -158,6 +197,8 @@ class LAS(QueueLadder):
         return sorted(jobs, key=self.rank_key)
 
     def __repr__(self) -> str:
-        limit = self.promote_after_wait_s
-        extra = "" if limit is None else f", promote_after_wait_s={limit!r}"
+        extra = ""
+        for name in ("promote_after_wait_s", "promote_after_wait_ratio"):
+            if getattr(self, name) is not None:
+                extra = f", {name}={getattr(self, name)!r}"
         return f"{type(self).__name__}(thresholds_gpu_s={self.thresholds_gpu_s!r}{extra})"
