@@ -119,3 +119,33 @@ def test_a_study_spec_runs_on_a_jobs_csv_and_keys_it_by_content(tmp_path: Path) 
     write(tmp_path, "job_id,submit_s,gpus,duration_s\n" + rows + "30,900,9,60\n")
     with pytest.raises(SpecError, match=r"line 32: gpus='9' must be 1 to the cluster's total_gpus=8"):
         load_study(tmp_path / "mine.toml")
+
+
+def test_a_small_cluster_takes_a_jobs_csv_but_refuses_synthetic_sizes_up_front(tmp_path: Path) -> None:
+    """The preset's shapes (8-GPU RLHF jobs) are not drawn when a jobs.csv brings the sizes, so a
+    2-GPU cluster is fine there; without the file the same cluster is refused before any run."""
+    import subprocess
+    import sys
+
+    from evalstop.experiments.spec import SpecError, load_study
+
+    write(tmp_path, "job_id,submit_s,gpus,duration_s\n1,0,2,100\n2,5,1,50\n")
+    config = tmp_path / "sim.toml"
+    body = 'seeds = [1]\n[workload]\n{trace}total_gpus = 2\n[[policy]]\nlabel = "FIFO"\nbase = "fifo"\n'
+    config.write_text(body.format(trace='trace = "jobs.csv"\n'))
+    cli = [sys.executable, "-m", "evalstop.cli", "simulate", str(config), "--json"]
+    done = subprocess.run(cli, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    config.write_text(body.format(trace=""))
+    done = subprocess.run(cli, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2
+    assert "asks for 8 GPUs per rlhf job, more than total_gpus=2" in done.stderr
+    study = tmp_path / "mine.toml"
+    study.write_text('name = "mine"\nseeds = 2\n[workload]\ntrace = "jobs.csv"\ntotal_gpus = 2\n'
+                     '[[policy]]\nlabel = "FIFO"\nbase = "fifo"\n')
+    assert len(load_study(study).points) == 1
+    study.write_text(
+        'name = "mine"\nseeds = 2\n[workload]\ntotal_gpus = 2\n[[policy]]\nlabel = "FIFO"\nbase = "fifo"\n'
+    )
+    with pytest.raises(SpecError, match=r"\[workload\]: .*8 GPUs per rlhf job, more than total_gpus=2"):
+        load_study(study)

@@ -237,13 +237,14 @@ def test_invalid_config_values_raise_naming_the_parameter(changes: dict[str, obj
         PAPER.with_(**changes)
 
 
-def test_shapes_asking_for_more_gpus_than_the_cluster_raise() -> None:
+def test_shapes_asking_for_more_gpus_than_the_cluster_raise_when_sizes_are_drawn() -> None:
+    config = WorkloadConfig(total_gpus=4)  # a trace brings its own sizes: the config alone is fine
     with pytest.raises(
         ValueError,
         match=r"'shapes' parameter of WorkloadConfig asks for 8 GPUs per rlhf job.*"
         r"total_gpus=4",
     ):
-        WorkloadConfig(total_gpus=4)
+        generate(config, seed=0)
 
 
 def test_unknown_kind_in_shapes_raises() -> None:

@@ -14,6 +14,7 @@ from ..sim.metrics import metrics_table
 from ..workloads import PRESETS, WorkloadConfig
 from ..workloads.bank import BankRun, read_bank
 from ..workloads.jobs_csv import TraceFiles
+from ..workloads.model import check_shapes_fit
 from .config_schema import SIMULATE, check_policies
 from .legend import legend_lines
 from .policies import PolicySpec
@@ -109,6 +110,8 @@ def load_config(doc: dict[str, Any], base_dir: Path | None = None) -> Config:
     try:
         workload = PRESETS[preset].with_(**workload_doc)
         sim = SimConfig(**doc.get("sim", {}))
+        if trace is None:
+            check_shapes_fit(workload)  # sizes drawn from the shapes: they must fit the cluster
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     if trace is not None:

@@ -27,6 +27,7 @@ from ..sim.cluster import SimConfig
 from ..workloads import PRESETS, WorkloadConfig
 from ..workloads.bank import BankSpec
 from ..workloads.jobs_csv import TraceFiles
+from ..workloads.model import check_shapes_fit
 from ..workloads.philly import TraceSpec
 from .config_schema import CLAIM, POLICY, STUDY, SWEEP, TRACE, WORKLOAD, check_policies
 from .policies import PolicySpec
@@ -312,6 +313,11 @@ class _Base:
             p.build()  # names and parameters are checked now, not mid-sweep
         if self.jobs_csv is not None:
             self.jobs_csv.check(config.total_gpus)  # every row of every file checked now, not mid-sweep
+        elif trace is None:
+            try:
+                check_shapes_fit(config)  # sizes drawn from the shapes: they must fit the cluster
+            except ValueError as exc:
+                raise SpecError(f"[workload]: {exc}") from None
         return PointSpec(config, SimConfig(**sim), tuple(policies),
                          None if trace is None else TraceSpec(**trace), self.jct_cdf, self.bank,
                          self.jobs_csv)

@@ -134,12 +134,21 @@ def _check_shape(config: WorkloadConfig, kind: str, shape: KindShape) -> None:
         problem = f"for {kind}: GPU probabilities sum to {sum(shape.gpu_probs):g}, not 1"
     elif not (shape.median_hours > 0 and np.isfinite(shape.median_hours)) or not shape.sigma >= 0:
         problem = f"for {kind}: median_hours must be > 0 and sigma >= 0"
-    elif max(shape.gpu_choices) > config.total_gpus:
-        problem = (
-            f"asks for {max(shape.gpu_choices)} GPUs per {kind} job, more than total_gpus={config.total_gpus}"
-        )
     if problem:
         raise InvalidParameterError(f"The 'shapes' parameter of {owner} {problem}. Got {shape!r} instead.")
+
+
+def check_shapes_fit(config: WorkloadConfig) -> None:
+    """Raise if a job drawn from ``config.shapes`` could be wider than the cluster. Checked where
+    sizes are drawn from the shapes (:func:`generate`, and the configs that will call it), not in
+    :class:`WorkloadConfig` itself: a ``jobs.csv`` or Philly trace brings its own sizes, so a small
+    cluster must not be refused for the synthetic shapes it never draws from."""
+    for kind, shape in config.shapes.items():
+        if max(shape.gpu_choices) > config.total_gpus:
+            raise InvalidParameterError(
+                f"The 'shapes' parameter of {type(config).__name__} asks for {max(shape.gpu_choices)} GPUs "
+                f"per {kind} job, more than total_gpus={config.total_gpus}. Got {shape!r} instead."
+            )
 
 
 PRESETS: dict[str, WorkloadConfig] = {
@@ -238,6 +247,7 @@ class Workload:
 
 def generate(config: WorkloadConfig, seed: int) -> Workload:
     """Draw a workload. Each component has its own stream spawned from ``seed``."""
+    check_shapes_fit(config)
     s_kind, s_size, s_arrival, s_curve, s_noise = (
         np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(5)
     )
