@@ -8,7 +8,9 @@
 ``--sft-share`` (default 0.2) is the share of supervised fine-tuning jobs; the runs in
 docs/testbed.md before they existed used ``--sft-share 0`` (so ``--reuse`` on their stored
 ``raw.json`` needs ``--sft-share 0`` too, or the plan it records is not the one that ran).
-``--slots`` is per arm: both arms at once take twice that.
+``--grpo-share`` (default 0) makes that share of the trace tiny TRL GRPO runs (the ``hf`` extra),
+half against the learned proxy and half against gold; ``--hack-share`` (default 0.5) is the share
+of numpy hacking runs. ``--slots`` is per arm: both arms at once take twice that.
 
 Each seed runs ``evalstop testbed`` (both arms, at the same time by default) into
 ``--out/seed-N`` and the script prints, over seeds, the mean and a bootstrap 95 % confidence
