@@ -157,6 +157,8 @@ def test_existing_cluster_and_multi_slot_jobs(
     assert summary["spec"]["ray_address"] == address
     widths = {r["name"]: r["slots"] for r in raw["shadow"]}
     assert sorted(widths.values()) == [1, 1, 2]
+    # what Ray reserved for each job (its supervisor actor's slot resource) is the job's width
+    assert all(r["engine_slots"] == r["slots"] for arm in raw.values() for r in arm)
     ours = [j for j in ray_jobs if str(j.get("submission_id", "")).startswith(("shadow-", "enforced-"))]
     assert len(ours) == 6 and all(j["status"] in {"SUCCEEDED", "STOPPED"} for j in ours)
     prefixes = tuple(f"{arm}-{summary['run_id']}-" for arm in ("shadow", "enforced"))

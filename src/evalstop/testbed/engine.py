@@ -36,7 +36,8 @@ class Status:
     """One job as its engine reports it: its own state word, whether that is final, the
     engine's start and end times (seconds since the epoch; None where it has none), the job's
     comment where the engine keeps one (Slurm: the adapter's ``evalstop-pin:<uri>``), and the
-    slots the engine gave it where it reports them (Slurm: its CPUs; Ray's Jobs API does not)."""
+    slots the engine gave it where it reports them (Slurm: its CPUs; Ray: the ``slot`` resource its
+    supervisor actor holds, from the state API)."""
 
     state: str
     terminal: bool

@@ -18,6 +18,7 @@ import shlex
 import threading
 import time
 from collections.abc import Callable, Collection
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,8 @@ from .cluster import SLOT, Proc, api, connect_ray, start_ray, stop
 from .engine import Status
 
 TERMINAL = frozenset({"SUCCEEDED", "STOPPED", "FAILED"})
+#: The name Ray gives a submission's supervisor actor (ray.dashboard.modules.job.common).
+SUPERVISOR = "_ray_internal_job_actor_{}"
 POLL_S = 0.1
 
 
@@ -109,8 +112,29 @@ class RayEngine:
             if resp.status_code == 404:  # not known yet: the submission is still being recorded
                 continue
             resp.raise_for_status()
-            out[ref] = _status(resp.json())
+            status = _status(resp.json())
+            out[ref] = replace(status, slots=self._reserved(ref)) if status.terminal else status
         return out
+
+    def _reserved(self, ref: str) -> int | None:
+        """The slots Ray reserved for the job: the ``required_resources`` of its supervisor actor
+        (created with the job's ``entrypoint_resources``), from the state API. The Jobs API
+        itself does not report them. None when the state API does not answer."""
+        import httpx
+
+        query = {
+            "filter_keys": "name",
+            "filter_predicates": "=",
+            "filter_values": SUPERVISOR.format(ref),
+            "detail": "true",
+        }
+        try:
+            resp = self._api.get("/api/v0/actors", params=query)
+            found = resp.json()["data"]["result"]["result"] if resp.status_code == 200 else []
+        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            return None
+        slots = (found[0].get("required_resources") or {}).get(SLOT) if found else None
+        return int(slots) if isinstance(slots, (int, float)) else None
 
     def warm_up(self, argv: list[str], timeout_s: float = 180.0) -> float:
         started = time.time()
@@ -167,7 +191,7 @@ class RayEngine:
 
 
 def _status(info: dict[str, Any]) -> Status:
-    state = str(info.get("status"))  # (the Jobs API does not report a job's entrypoint resources)
+    state = str(info.get("status"))
     return Status(state, state in TERMINAL, _ms(info.get("start_time")), _ms(info.get("end_time")))
 
 
