@@ -14,6 +14,7 @@ import numpy as np
 from .._validation import InvalidParameterError
 from ..schedulers import EvalStop, Scheduler
 from ..workloads.table import JobTable
+from ._job import Job
 
 
 def check_jobs(table: JobTable, total: int) -> None:
@@ -49,18 +50,17 @@ def check_jobs(table: JobTable, total: int) -> None:
 _CHUNK = 65536
 
 
-def arrival_rows(table: JobTable) -> Iterator[tuple[Any, ...]]:
-    """(row, job id, tenant, kind, GPUs, arrival_s, budget_s, duration_s) of every job by
-    arrival time; ties keep the workload's order."""
+def arrival_jobs(table: JobTable) -> Iterator[Job]:
+    """A :class:`Job` for every row, by arrival time (ties keep the workload's order), each
+    built as it is asked for (from Python values converted a chunk at a time)."""
     order = np.argsort(table.arrival_s, kind="stable")
     kinds = table.kinds
     for first in range(0, order.size, _CHUNK):
         rows = order[first:first + _CHUNK]
-        yield from zip(
-            rows.tolist(), table.job_id[rows].tolist(), table.tenant[rows].tolist(),
+        yield from map(
+            Job, rows.tolist(), table.job_id[rows].tolist(), table.tenant[rows].tolist(),
             [kinds[k] for k in table.kind[rows].tolist()], table.gpus[rows].tolist(),
-            table.arrival_s[rows].tolist(), table.budget_s[rows].tolist(), table.duration_s[rows].tolist(),
-            strict=True,
+            table.arrival_s[rows].tolist(), table.budget_s[rows].tolist(),
         )
 
 

@@ -24,6 +24,28 @@ Array = np.ndarray[Any, Any]
 def batch_plan(scheduler: Scheduler, table: JobTable) -> tuple[list[int], list[int]] | None:
     """(stop index, best index) of every row, -1 where the rule never fires or does not watch
     the job; None if this scheduler/workload must be planned job by job."""
+    planned = _batch_arrays(scheduler, table)
+    return None if planned is None else (planned[0].tolist(), planned[1].tolist())
+
+
+def batch_kills(scheduler: Scheduler, table: JobTable) -> tuple[list[float], list[int]] | None:
+    """What the simulator reads of a batch plan: per row, the attained service (s) at which the
+    job is killed (inf: never) and the eval it delivers then (-1: none); None as ``batch_plan``.
+    The service is the eval's progress times the duration, the one float product the per-job
+    path computes."""
+    planned = _batch_arrays(scheduler, table)
+    if planned is None:
+        return None
+    stop, best = planned
+    assert isinstance(table.evals, DenseEvals)
+    fires = stop >= 0
+    kill_s = np.full(len(table), np.inf)
+    kill_s[fires] = table.duration_s[fires] * table.evals.progress[stop[fires]]
+    best[fires & (best < 0)] = table.evals.progress.size - 1  # as a per-job plan reads index -1
+    return kill_s.tolist(), best.tolist()
+
+
+def _batch_arrays(scheduler: Scheduler, table: JobTable) -> tuple[Array, Array] | None:
     if not isinstance(table.evals, DenseEvals) or not _plain_evalstop(scheduler):
         return None
     assert isinstance(scheduler, EvalStop)
@@ -39,7 +61,7 @@ def batch_plan(scheduler: Scheduler, table: JobTable) -> tuple[list[int], list[i
     stop, best = planned
     stop[~watched] = -1
     best[stop < 0] = -1
-    return stop.tolist(), best.tolist()
+    return stop, best
 
 
 def _plain_evalstop(scheduler: Scheduler) -> bool:

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from heapq import heappop
+from heapq import heappop, heappush
+from math import inf
 from typing import Any
 
 import numpy as np
@@ -34,18 +35,22 @@ from ._inputs import (
     PREEMPTED,
     STARTED,
     EventLog,
-    arrival_rows,
+    arrival_jobs,
     check_jobs,
     own_hook,
 )
-from ._job import FLUSH, Job, OutcomeColumns, oracle_verdict
-from ._kill_plan import batch_plan
+from ._job import FLUSH, Job, OutcomeColumns, Watch, eval_target_s, oracle_verdict
+from ._kill_plan import batch_kills
 from .allocation import merge_pass
 from .engine import Engine
 from .outcome import SimResult
 from .waiting import WidthHeaps
 
 DEPART, ARRIVE = 0, 1  # same-time priority: free GPUs before handing them out
+#: A heap event is (job, its version when scheduled, target service, code): a TIMER only makes
+#: an allocation happen then (a starvation guard's wake-up, the end of a run quantum); a
+#: MILESTONE is the job's next eval, kill or completion; RANK is a rank change (next_change_s).
+TIMER, MILESTONE, RANK = 0, 1, 2
 #: Events due within this relative distance of an instant (seconds below 1 s) happen at it:
 #: about 5,000 times float64's relative spacing (2.2e-16), so round-off from the few operations
 #: behind an event time is covered, and small enough that the GPU-time accounting stays exact
@@ -80,8 +85,8 @@ class ClusterSim:
         self.config = config or SimConfig()
         self.scheduler = scheduler
         self.total_gpus = workload.config.total_gpus
-        self.table = workload.table
-        check_jobs(self.table, self.total_gpus)
+        self.table = table = workload.table
+        check_jobs(table, self.total_gpus)
         self.seed = workload.seed
         self.workload = workload
         self.engine = Engine()
@@ -90,12 +95,11 @@ class ClusterSim:
         self.used_gpus = 0
         self.waiting_gpus = 0
         self.busy_gpu_s = 0.0
-        self._last_t = 0.0
         self._plan_kills = self.config.eval_path == "fast" or self.config.oracle
         self._eval_events = self.config.eval_path == "events" and not self.config.oracle
         self.events = EventLog()
         self._log_time, self._log_kind, self._log_id = self.events.appenders()
-        self._outcomes = OutcomeColumns(self.table)
+        self._outcomes = OutcomeColumns(table)
         self._record: Callable[[tuple[Any, ...]], None] = self._outcomes.record
         #: Static-rank policies (see ``Scheduler.static_rank``): waiting jobs in width heaps.
         self._static = scheduler.static_rank
@@ -109,9 +113,18 @@ class ClusterSim:
         self._monitor = own_hook(scheduler, "monitor")
         rank_key = own_hook(scheduler, "rank_key") or scheduler.rank_key
         self._rank_key: Callable[[JobView], tuple[Any, ...]] = rank_key
-        self._needs_evals = self.config.oracle or self._eval_events or self._monitor is not None
-        fast_rule = self._plan_kills and not self.config.oracle
-        self._batch = batch_plan(scheduler, self.table) if fast_rule else None
+        # The truth, per row, out of the scheduler's reach: duration, and the attained service
+        # (s) at which a planned kill happens (inf: none) with the eval it delivers (-1: final).
+        self._duration_s: list[float] = table.duration_s.tolist()
+        needs_evals = self.config.oracle or self._eval_events or self._monitor is not None
+        batch = batch_kills(scheduler, table) if self._plan_kills and not self.config.oracle else None
+        if batch is None:
+            n = len(table)
+            self._kill_s, self._kill_best = [inf] * n, [-1] * n
+        else:
+            self._kill_s, self._kill_best = batch
+        self._needs_watch = needs_evals and batch is None
+        self._watches: dict[int, Watch] = {}  # event path: row -> the job's evals and monitor
 
     @property
     def log(self) -> list[tuple[float, str, int]]:
@@ -127,197 +140,193 @@ class ClusterSim:
     def _run_events(self) -> None:
         """Pop events in (time, priority, insertion) order. Arrivals come from the workload in
         arrival order and are merged with the heap (an arrival sorts after every heap event of
-        its time), which is the order of scheduling every arrival up front, without the heap."""
-        arrivals = arrival_rows(self.table)
+        its time), which is the order of scheduling every arrival up front, without the heap.
+
+        Every event of an instant first (departures sort before arrivals), then one allocation:
+        a job due to finish now is never preempted now. "Now" spans float round-off
+        (TIME_TOL_S): a job due at 0.1 + 0.2 finishes at an arrival at 0.3. If only stale
+        timers (of preempted jobs) fired, a static-rank policy's allocation cannot change
+        (waiting ranks are fixed, running ones only improve), so there is none."""
+        arrivals = arrival_jobs(self.table)
         engine = self.engine
         heap = engine.heap  # popped here directly (``Engine.pop`` inlined: two pops a job)
-        inf = float("inf")
-        row = next(arrivals, None)
-        next_arrival = inf if row is None else row[5]
+        log_time, log_kind, log_id = self._log_time, self._log_kind, self._log_id
+        waiting, unranked, static = self.waiting, self._unranked, self._static
+        on_job_add, watch = self._on_job_add, self._needs_watch
+        milestone = self._milestone
+        arriving = next(arrivals, None)
+        next_arrival = inf if arriving is None else arriving.arrival_s
+        now = due_by = busy = last = 0.0
+        open_instant = changed = False
         while True:
             at = heap[0][0] if heap else inf
+            due = next_arrival if next_arrival < at else at
+            if open_instant and due > due_by:  # the instant is over: allocate
+                open_instant = False
+                if waiting and (changed or not static):
+                    self._reschedule(now)
+                continue
+            if due == inf:
+                break
+            if not open_instant:
+                now = engine.now = due
+                busy += self.used_gpus * (now - last)
+                last = now
+                due_by = now + TIME_TOL_S * (now if now > 1.0 else (-now if now < -1.0 else 1.0))
+                open_instant, changed = True, False
             if next_arrival < at:
-                now = next_arrival
-                engine.now = now  # the arrival is before every heap event: time moves forward
-                self.busy_gpu_s += self.used_gpus * (now - self._last_t)
-                self._last_t = now
-                assert row is not None
-                self._arrive(row, now)
-                row = next(arrivals, None)
-                next_arrival = inf if row is None else row[5]
-                changed = True
-            elif heap:
-                entry = heappop(heap)
-                now = engine.now = entry[0]
-                kind, job, version = entry[3]
-                self.busy_gpu_s += self.used_gpus * (now - self._last_t)
-                self._last_t = now
-                changed = version == job.version  # False: a stale timer (nothing changes)
-                if changed and kind == "milestone":
-                    self._milestone(job, now)
-            else:
-                return
-            # Every event of this instant first (departures sort before arrivals), then one
-            # allocation: a job due to finish now is never preempted now. "Now" spans float
-            # round-off (TIME_TOL_S): a job due at 0.1 + 0.2 finishes at an arrival at 0.3.
-            due_by = now + TIME_TOL_S * (now if now > 1.0 else (-now if now < -1.0 else 1.0))
-            while True:
-                at = heap[0][0] if heap else inf
-                if next_arrival < at:
-                    if next_arrival > due_by:
-                        break
-                    assert row is not None
-                    self._arrive(row, now)
-                    row = next(arrivals, None)
-                    next_arrival = inf if row is None else row[5]
-                    changed = True
-                elif at <= due_by:
-                    kind, job, version = heappop(heap)[3]
-                    if version == job.version:
-                        changed = True
-                        if kind == "milestone":
-                            self._milestone(job, now)
+                assert arriving is not None
+                job = arriving
+                log_time(now), log_kind(ARRIVED), log_id(job.job_id)
+                if on_job_add is not None:
+                    on_job_add(job, now)
+                if watch:
+                    self._watch(job)
+                waiting[job.job_id] = job
+                self.waiting_gpus += job.gpus
+                if static:
+                    # Ranked into the width heaps only if an allocation pass needs them (most
+                    # jobs of an uncongested cluster start at once): its key cannot change.
+                    unranked.append(job)
                 else:
-                    break
-            # Only stale timers (of preempted jobs) fired: under a static-rank policy the
-            # allocation cannot change (waiting ranks are fixed, running ones only improve).
-            if changed or not self._static:
-                self._reschedule(now)
-
-    def _account(self, now: float) -> None:
-        self.busy_gpu_s += self.used_gpus * (now - self._last_t)
-        self._last_t = now
-
-    def _arrive(self, row: tuple[Any, ...], now: float) -> None:
-        idx, job_id, tenant, kind, gpus, arrival_s, budget_s, duration_s = row
-        view = JobView(job_id, tenant, kind, gpus, arrival_s, budget_s)
-        job = Job(idx, view, duration_s)
-        self._log_time(now), self._log_kind(ARRIVED), self._log_id(job_id)
-        if self._on_job_add is not None:
-            self._on_job_add(view, now)
-        if self._needs_evals:
-            self._watch(job)
-        self._enqueue(job, now)
+                    self._wake_timer(job, now)
+                arriving = next(arrivals, None)
+                next_arrival = inf if arriving is None else arriving.arrival_s
+                changed = True
+            else:
+                job, version, target, code = heappop(heap)[3]
+                if version == job.version:  # else a stale timer: nothing changes
+                    changed = True
+                    if code:
+                        milestone(job, now, target, code)
+        self.busy_gpu_s = busy
 
     def _watch(self, job: Job) -> None:
         """The job's evals matter (a rule watches it, or the oracle): plan or prepare its kill."""
-        evals = self.table.evals
-        job.progress = evals.progress_of(job.idx)
-        if self._batch is not None:
-            stop = self._batch[0][job.idx]
-            if stop >= 0:
-                job.kill_at, job.kill_best = stop, self._batch[1][job.idx]
-        elif self._plan_kills:
+        idx = job.idx
+        if self._plan_kills:
             verdict = self._plan_kill(job)
-            if verdict is not None:
-                job.kill_at, job.kill_best = verdict.stop_index, verdict.best_index
+            if verdict is not None and verdict.stop_index is not None:
+                progress = self.table.evals.progress_of(idx)[verdict.stop_index]
+                self._kill_s[idx] = eval_target_s(self._duration_s[idx], progress)
+                best = verdict.best_index
+                self._kill_best[idx] = -1 if best is None else best
         else:
-            job.evals = evals.row(job.idx)
-            job.monitor = None if self._monitor is None else self._monitor(job.view)
+            monitor = None if self._monitor is None else self._monitor(job)
+            self._watches[idx] = Watch(self.table.evals.row(idx), monitor, self._duration_s[idx])
 
     def _plan_kill(self, job: Job) -> Verdict | None:
         """Fast path: fold the job's whole eval sequence into its monitor once, at arrival."""
         if self.config.oracle:
             return oracle_verdict(self.table, job.idx) if self.table.hacking[job.idx] else None
-        monitor = None if self._monitor is None else self._monitor(job.view)
+        monitor = None if self._monitor is None else self._monitor(job)
         if monitor is None:
             return None
         return monitor.verdict if monitor.fold(self.table.evals.row(job.idx)) else None
 
     # -- milestones ----------------------------------------------------------------------
-    def _milestone(self, job: Job, now: float) -> None:
-        """The job's attained service reached its next target: eval, kill, completion or rank change.
+    def _milestone(self, job: Job, now: float, target: float, code: int) -> None:
+        """The job's attained service reached ``target``: an eval, its kill, its completion or
+        (``code`` RANK) a rank change.
 
         Its attained service is that target exactly (float round-off in now - seg_start must not
         leave it a hair short). An eval milestone that does not end the job leaves its running
         segment open, so the next milestone is timed from the segment's start, as on the fast
         path where no eval event lies between them: both paths compute the same times, bit for
         bit. A rank change, which both paths share, starts a new segment."""
-        if job.rank_milestone:
+        if code == RANK:
             self._close_segment(job, now)
-            job.attained_at_seg = job.target_s
-        attained = job.view.attained_s = job.target_s
-        evals = job.evals
+            job.attained_at_seg = target
+        job.attained_s = target
+        idx = job.idx
         if self._eval_events:
-            monitor = job.monitor
-            while job.next_eval < len(evals) and job.eval_target_s(job.next_eval) <= attained:
-                job.next_eval += 1
+            watch = self._watches[idx]
+            monitor, targets = watch.monitor, watch.targets
+            while watch.next_eval < len(targets) and targets[watch.next_eval] <= target:
+                watch.next_eval += 1
                 if monitor is None:
                     continue
-                verdict = monitor.observe(evals[job.next_eval - 1])
+                verdict = monitor.observe(watch.evals[watch.next_eval - 1])
                 if monitor.fired_now:
-                    self._end_at_milestone(job, now, True, verdict.best_index)
+                    best = verdict.best_index
+                    self._end(job, now, target, -1 if best is None else best)
                     return
-        if job.kill_at is not None and job.eval_target_s(job.kill_at) <= attained:
-            self._end_at_milestone(job, now, True, job.kill_best)
-        elif attained >= job.duration_s:
-            self._end_at_milestone(job, now, False, None)
+        if self._kill_s[idx] <= target:
+            self._end(job, now, target, self._kill_best[idx])
+        elif target >= self._duration_s[idx]:
+            self._end(job, now, target, None)
         else:
-            self._schedule_next(job, attained)
+            self._schedule_next(job, target)
 
-    def _end_at_milestone(self, job: Job, now: float, killed: bool, best_index: int | None) -> None:
-        """Kill (delivering eval ``best_index``) or complete the job at its milestone: its service is the
-        target, its restore overhead is what it spent of it by ``now``. (``_close_segment``
-        inlined: its service is known exactly here.)"""
+    def _end(self, job: Job, now: float, attained: float, kill_best: int | None) -> None:
+        """Kill the job, delivering eval ``kill_best`` (-1: its final checkpoint), or (None)
+        complete it, at its milestone: its service is ``attained``, its restore overhead what
+        it spent of it by ``now`` (``_close_segment`` inlined: its service is known exactly)."""
         elapsed, left = now - job.seg_start, job.overhead_left
         job.gpu_s_overhead += (left if left < elapsed else elapsed) * job.gpus  # min(elapsed, left)
-        job.attained_at_seg = job.view.attained_s = job.target_s
-        job.seg_start = now
+        job.attained_s = attained
         self._release(job, now)
         if self._on_job_end is not None:
-            self._on_job_end(job.view, now)
-        job_id = job.job_id
-        self._log_time(now), self._log_kind(KILLED if killed else COMPLETED), self._log_id(job_id)
-        self._record((job.idx, job.first_start_s, now, job.target_s, job.gpu_s_overhead, job.n_preempt))
-        if len(self._outcomes.pending) >= FLUSH:
-            self._outcomes.flush()
-        if killed:
-            self._outcomes.killed_at(job.idx, best_index)
+            self._on_job_end(job, now)
+        self._log_time(now), self._log_kind(COMPLETED if kill_best is None else KILLED)
+        self._log_id(job.job_id)
+        outcomes = self._outcomes
+        self._record((job.idx, job.first_start_s, now, attained, job.gpu_s_overhead, job.n_preempt))
+        if len(outcomes.pending) >= FLUSH:
+            outcomes.flush()
+        if kill_best is not None:
+            outcomes.kill(job.idx, kill_best)
+        if self._eval_events:
+            del self._watches[job.idx]
 
     def _schedule_next(self, job: Job, attained: float) -> None:
         """Schedule the job's next milestone; ``attained`` is its service now."""
-        target = job.duration_s
-        if self._eval_events and job.next_eval < len(job.evals):
-            target = min(target, job.eval_target_s(job.next_eval))
-        if job.kill_at is not None:
-            target = min(target, job.eval_target_s(job.kill_at))
+        idx = job.idx
+        target = self._duration_s[idx]
+        if self._eval_events:
+            watch = self._watches[idx]
+            if watch.next_eval < len(watch.targets):
+                target = min(target, watch.targets[watch.next_eval])
+        kill = self._kill_s[idx]
+        if kill < target:
+            target = kill
+        code = MILESTONE
         if self._next_change_s is not None:
-            change = self._next_change_s(job.view)
-            job.rank_milestone = change is not None and attained < change <= target
-            if change is not None and job.rank_milestone:
-                target = change
-        job.target_s = target
-        when = job.seg_start + job.overhead_left + (target - job.attained_at_seg)
-        self.engine.schedule(when, DEPART, ("milestone", job, job.version))
+            change = self._next_change_s(job)
+            if change is not None and attained < change <= target:
+                target, code = change, RANK
+        when = job.seg_start + job.overhead_left + (target - job.attained_at_seg)  # >= now
+        engine = self.engine
+        heappush(engine.heap, (when, DEPART, next(engine.seq), (job, job.version, target, code)))
 
     def _close_segment(self, job: Job, now: float) -> None:
         """Bring the job's accounting up to ``now`` and start a new running segment there."""
         elapsed = now - job.seg_start
         spent_overhead = min(elapsed, job.overhead_left)
         job.gpu_s_overhead += spent_overhead * job.gpus
-        job.attained_at_seg = min(job.duration_s, job.attained_at_seg + elapsed - spent_overhead)
+        job.attained_at_seg = min(self._duration_s[job.idx], job.attained_at_seg + elapsed - spent_overhead)
         job.overhead_left -= spent_overhead
         job.seg_start = now
-        job.view.attained_s = job.attained_at_seg
+        job.attained_s = job.attained_at_seg
 
     # -- allocation ----------------------------------------------------------------------
     def _enqueue(self, job: Job, now: float) -> None:
+        """A preempted job waits again (an arriving one is enqueued inline in the loop)."""
         self.waiting[job.job_id] = job
         self.waiting_gpus += job.gpus
         if self._static:
-            # Ranked into the width heaps only if an allocation pass needs them (most jobs of an
-            # uncongested cluster start at once): its key cannot change while it waits.
             self._unranked.append(job)
-            return
-        wake = self.scheduler.wake_at_s(job.view, now)
+        else:
+            self._wake_timer(job, now)
+
+    def _wake_timer(self, job: Job, now: float) -> None:
+        wake = self.scheduler.wake_at_s(job, now)
         if wake is not None:
             # A waiting job's rank changes at ``wake`` (starvation guard): an event there, stale
             # (ignored) if the job has run and stopped again by then (its version moved on).
-            self.engine.schedule(max(wake, now), DEPART, ("wake", job, job.version))
+            self.engine.schedule(max(wake, now), DEPART, (job, job.version, 0.0, TIMER))
 
     def _reschedule(self, now: float) -> None:
-        if not self.waiting:
-            return
         if self.used_gpus + self.waiting_gpus <= self.total_gpus:
             self._unranked.clear()
             self._queue.clear()
@@ -327,17 +336,18 @@ class ClusterSim:
         if self._unranked:
             push, key = self._queue.push, self._rank_key
             for job in self._unranked:
-                push(job.gpus, key(job.view), job)
+                push(job.gpus, key(job), job)
             self._unranked.clear()
         if self._static and not self.scheduler.preemptive:
-            self._allocate_free_static(now)
+            for job in self._queue.take(self.total_gpus - self.used_gpus, self.scheduler.backfill):
+                self._start(job, now)
             return
         for job in self.running.values():
-            job.view.attained_s = job.attained_at(now)
+            job.attained_s = job.attained_at(now)
         if self._static:
             self._allocate_preemptive_static(now)
             return
-        active = [j.view for j in self.running.values()] + [j.view for j in self.waiting.values()]
+        active: list[JobView] = [*self.running.values(), *self.waiting.values()]
         ranked = self.scheduler.order(active, now)
         if self.scheduler.preemptive:
             self._allocate_preemptive(ranked, now)
@@ -359,16 +369,11 @@ class ClusterSim:
             free -= view.gpus
             self._start(job, now)
 
-    def _allocate_free_static(self, now: float) -> None:
-        free = self.total_gpus - self.used_gpus
-        for job in self._queue.take(free, self.scheduler.backfill):
-            self._start(job, now)
-
     def _allocate_preemptive_static(self, now: float) -> None:
         key = self._rank_key
         protected = self._protected(now)
         ranked = sorted(
-            [(key(job.view), job.gpus, job) for i, job in self.running.items() if i not in protected]
+            [(key(job), job.gpus, job) for i, job in self.running.items() if i not in protected]
         )
         total = self.total_gpus - sum(job.gpus for job in protected.values())
         free = self.total_gpus - self.used_gpus
@@ -419,13 +424,14 @@ class ClusterSim:
         if job.first_start_s is None:
             job.first_start_s = now
         job.seg_start = now
-        job.overhead_left = self.config.preempt_overhead_s if job.n_preempt else 0.0
-        if job.n_preempt and self.config.min_run_s > 0.0:
-            job.protected_until = now + job.overhead_left + self.config.min_run_s
-            self.engine.schedule(job.protected_until, DEPART, ("quantum", job, job.version))
-        job.view.running = True
+        if job.n_preempt:  # (a job that never ran, or has just run, has no restore left)
+            job.overhead_left = self.config.preempt_overhead_s
+            if self.config.min_run_s > 0.0:
+                job.protected_until = now + job.overhead_left + self.config.min_run_s
+                self.engine.schedule(job.protected_until, DEPART, (job, job.version, 0.0, TIMER))
+        job.running = True
         if self._on_start is not None:
-            self._on_start(job.view, now)
+            self._on_start(job, now)
         self._log_time(now), self._log_kind(STARTED), self._log_id(job_id)
         self._schedule_next(job, job.attained_at_seg)
 
@@ -433,11 +439,11 @@ class ClusterSim:
         """Take the job's GPUs back; its accounting is already closed at ``now``."""
         job.version += 1
         job.overhead_left = 0.0
-        job.view.running = False
+        job.running = False
         del self.running[job.job_id]
         self.used_gpus -= job.gpus
         if self._on_stop is not None:
-            self._on_stop(job.view, now)
+            self._on_stop(job, now)
 
     def _preempt(self, job: Job, now: float) -> None:
         self._close_segment(job, now)
