@@ -124,6 +124,8 @@ class ClusterSim:
         else:
             self._kill_s, self._kill_best = batch
         self._needs_watch = needs_evals and batch is None
+        #: A job's next milestone is its kill or completion (no eval events, no rank changes).
+        self._plain_next = not self._eval_events and self._next_change_s is None
         self._watches: dict[int, Watch] = {}  # event path: row -> the job's evals and monitor
 
     @property
@@ -153,7 +155,7 @@ class ClusterSim:
         log_time, log_kind, log_id = self._log_time, self._log_kind, self._log_id
         waiting, unranked, static = self.waiting, self._unranked, self._static
         on_job_add, watch = self._on_job_add, self._needs_watch
-        milestone = self._milestone
+        milestone, start, total = self._milestone, self._start, self.total_gpus
         arriving = next(arrivals, None)
         next_arrival = inf if arriving is None else arriving.arrival_s
         now = due_by = busy = last = 0.0
@@ -164,7 +166,13 @@ class ClusterSim:
             if open_instant and due > due_by:  # the instant is over: allocate
                 open_instant = False
                 if waiting and (changed or not static):
-                    self._reschedule(now)
+                    if self.used_gpus + self.waiting_gpus <= total:  # every waiting job fits
+                        unranked.clear()
+                        self._queue.clear()
+                        for job in list(waiting.values()):
+                            start(job, now)
+                    else:
+                        self._reschedule(now)
                 continue
             if due == inf:
                 break
@@ -177,7 +185,9 @@ class ClusterSim:
             if next_arrival < at:
                 assert arriving is not None
                 job = arriving
-                log_time(now), log_kind(ARRIVED), log_id(job.job_id)
+                log_time(now)
+                log_kind(ARRIVED)
+                log_id(job.job_id)
                 if on_job_add is not None:
                     on_job_add(job, now)
                 if watch:
@@ -239,45 +249,47 @@ class ClusterSim:
             job.attained_at_seg = target
         job.attained_s = target
         idx = job.idx
-        if self._eval_events:
-            watch = self._watches[idx]
-            monitor, targets = watch.monitor, watch.targets
-            while watch.next_eval < len(targets) and targets[watch.next_eval] <= target:
-                watch.next_eval += 1
-                if monitor is None:
-                    continue
-                verdict = monitor.observe(watch.evals[watch.next_eval - 1])
-                if monitor.fired_now:
-                    best = verdict.best_index
-                    self._end(job, now, target, -1 if best is None else best)
-                    return
-        if self._kill_s[idx] <= target:
-            self._end(job, now, target, self._kill_best[idx])
-        elif target >= self._duration_s[idx]:
-            self._end(job, now, target, None)
-        else:
-            self._schedule_next(job, target)
-
-    def _end(self, job: Job, now: float, attained: float, kill_best: int | None) -> None:
-        """Kill the job, delivering eval ``kill_best`` (-1: its final checkpoint), or (None)
-        complete it, at its milestone: its service is ``attained``, its restore overhead what
-        it spent of it by ``now`` (``_close_segment`` inlined: its service is known exactly)."""
+        kill_best = self._eval_fired(job, target) if self._eval_events else None
+        if kill_best is None:
+            if self._kill_s[idx] <= target:
+                kill_best = self._kill_best[idx]
+            elif target < self._duration_s[idx]:
+                self._schedule_next(job, target)
+                return
+        # The job ends: killed (delivering eval ``kill_best``, -1: its final checkpoint) or
+        # completed (None). Its restore overhead is what it spent of it by now
+        # (``_close_segment`` inlined: its service is known exactly).
         elapsed, left = now - job.seg_start, job.overhead_left
         job.gpu_s_overhead += (left if left < elapsed else elapsed) * job.gpus  # min(elapsed, left)
-        job.attained_s = attained
         self._release(job, now)
         if self._on_job_end is not None:
             self._on_job_end(job, now)
-        self._log_time(now), self._log_kind(COMPLETED if kill_best is None else KILLED)
+        self._log_time(now)
+        self._log_kind(COMPLETED if kill_best is None else KILLED)
         self._log_id(job.job_id)
         outcomes = self._outcomes
-        self._record((job.idx, job.first_start_s, now, attained, job.gpu_s_overhead, job.n_preempt))
+        self._record((idx, job.first_start_s, now, target, job.gpu_s_overhead, job.n_preempt))
         if len(outcomes.pending) >= FLUSH:
             outcomes.flush()
         if kill_best is not None:
-            outcomes.kill(job.idx, kill_best)
-        if self._eval_events:
-            del self._watches[job.idx]
+            outcomes.kill(idx, kill_best)
+
+    def _eval_fired(self, job: Job, attained: float) -> int | None:
+        """Event path: feed the job's monitor every eval up to ``attained``; the eval to deliver
+        (-1: the final checkpoint) if the rule fires, else None."""
+        watch = self._watches[job.idx]
+        monitor, targets = watch.monitor, watch.targets
+        while watch.next_eval < len(targets) and targets[watch.next_eval] <= attained:
+            watch.next_eval += 1
+            if monitor is None:
+                continue
+            verdict = monitor.observe(watch.evals[watch.next_eval - 1])
+            if monitor.fired_now:
+                del self._watches[job.idx]
+                return -1 if verdict.best_index is None else verdict.best_index
+        if attained >= self._duration_s[job.idx]:
+            del self._watches[job.idx]  # it completes now (the event path plans no kill)
+        return None
 
     def _schedule_next(self, job: Job, attained: float) -> None:
         """Schedule the job's next milestone; ``attained`` is its service now."""
@@ -327,12 +339,8 @@ class ClusterSim:
             self.engine.schedule(max(wake, now), DEPART, (job, job.version, 0.0, TIMER))
 
     def _reschedule(self, now: float) -> None:
-        if self.used_gpus + self.waiting_gpus <= self.total_gpus:
-            self._unranked.clear()
-            self._queue.clear()
-            for job in list(self.waiting.values()):
-                self._start(job, now)
-            return
+        """One allocation pass when the waiting jobs do not all fit (the loop starts them all
+        at once when they do)."""
         if self._unranked:
             push, key = self._queue.push, self._rank_key
             for job in self._unranked:
@@ -432,8 +440,20 @@ class ClusterSim:
         job.running = True
         if self._on_start is not None:
             self._on_start(job, now)
-        self._log_time(now), self._log_kind(STARTED), self._log_id(job_id)
-        self._schedule_next(job, job.attained_at_seg)
+        self._log_time(now)
+        self._log_kind(STARTED)
+        self._log_id(job_id)
+        if self._plain_next:  # ``_schedule_next`` inlined for a job with no eval or rank milestone
+            idx = job.idx
+            target = self._duration_s[idx]
+            kill = self._kill_s[idx]
+            if kill < target:
+                target = kill
+            when = now + job.overhead_left + (target - job.attained_at_seg)
+            engine = self.engine
+            heappush(engine.heap, (when, DEPART, next(engine.seq), (job, job.version, target, MILESTONE)))
+        else:
+            self._schedule_next(job, job.attained_at_seg)
 
     def _release(self, job: Job, now: float) -> None:
         """Take the job's GPUs back; its accounting is already closed at ``now``."""
