@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from heapq import heappop, heappush
 from math import inf
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -56,6 +57,9 @@ TIMER, MILESTONE, RANK = 0, 1, 2
 #: behind an event time is covered, and small enough that the GPU-time accounting stays exact
 #: to 1e-9 relative (the simulator's invariant tests hold it to that).
 TIME_TOL_S = 1e-12
+
+
+_gpus = attrgetter("gpus")
 
 
 class SimulationInvariantError(RuntimeError):
@@ -103,6 +107,7 @@ class ClusterSim:
         self._record: Callable[[tuple[Any, ...]], None] = self._outcomes.record
         #: Static-rank policies (see ``Scheduler.static_rank``): waiting jobs in width heaps.
         self._static = scheduler.static_rank
+        self._fill_only = self._static and not scheduler.preemptive  # a pass only starts jobs
         self._queue: WidthHeaps[Job] = WidthHeaps()
         self._unranked: list[Job] = []  # waiting jobs not yet in ``_queue``
         # The scheduler's hooks, None where it keeps the base class's no-op (not called at all).
@@ -151,11 +156,19 @@ class ClusterSim:
         (waiting ranks are fixed, running ones only improve), so there is none."""
         arrivals = arrival_jobs(self.table)
         engine = self.engine
-        heap = engine.heap  # popped here directly (``Engine.pop`` inlined: two pops a job)
+        heap, seq = engine.heap, engine.seq  # popped and pushed here directly (two a job)
         log_time, log_kind, log_id = self._log_time, self._log_kind, self._log_id
-        waiting, unranked, static = self.waiting, self._unranked, self._static
+        waiting, running, unranked, static = self.waiting, self.running, self._unranked, self._static
         on_job_add, watch = self._on_job_add, self._needs_watch
         milestone, start, total = self._milestone, self._start, self.total_gpus
+        fill_only = self._fill_only
+        duration_s, kill_s, kill_best = self._duration_s, self._kill_s, self._kill_best
+        outcomes = self._outcomes
+        record, pending, kill = outcomes.record, outcomes.pending, outcomes.kill
+        # Plain: no hook at all and a job's only milestone is its kill or completion. Then a
+        # job's start and end are inlined below (the same steps as ``_start`` and
+        # ``_milestone``, less the hooks and milestones that cannot happen).
+        plain = self._plain_next and not (self._on_start or self._on_stop or self._on_job_end)
         arriving = next(arrivals, None)
         next_arrival = inf if arriving is None else arriving.arrival_s
         now = due_by = busy = last = 0.0
@@ -170,8 +183,27 @@ class ClusterSim:
                         unranked.clear()
                         self._queue.clear()
                         for job in list(waiting.values()):
-                            start(job, now)
-                    else:
+                            if not plain or job.n_preempt:
+                                start(job, now)
+                                continue
+                            job_id = job.job_id  # ``_start`` of a job that has never run
+                            del waiting[job_id]
+                            self.waiting_gpus -= job.gpus
+                            running[job_id] = job
+                            self.used_gpus += job.gpus
+                            job.first_start_s = job.seg_start = now
+                            job.running = True
+                            log_time(now)
+                            log_kind(STARTED)
+                            log_id(job_id)
+                            idx = job.idx
+                            target = duration_s[idx]
+                            if kill_s[idx] < target:
+                                target = kill_s[idx]
+                            # (no restore, no service yet: seg_start + 0.0 + (target - 0.0))
+                            event = (job, job.version, target, MILESTONE)
+                            heappush(heap, (now + target, DEPART, next(seq), event))
+                    elif not fill_only or self.used_gpus < total:  # (else no job can start)
                         self._reschedule(now)
                 continue
             if due == inf:
@@ -203,12 +235,35 @@ class ClusterSim:
                 arriving = next(arrivals, None)
                 next_arrival = inf if arriving is None else arriving.arrival_s
                 changed = True
-            else:
-                job, version, target, code = heappop(heap)[3]
-                if version == job.version:  # else a stale timer: nothing changes
-                    changed = True
-                    if code:
-                        milestone(job, now, target, code)
+                continue
+            job, version, target, code = heappop(heap)[3]
+            if version != job.version:
+                continue  # a stale timer: nothing changes
+            changed = True
+            if not code:
+                continue
+            if not plain:
+                milestone(job, now, target, code)
+                continue
+            # ``_milestone`` of a plain job: it is killed or completes (its end, inlined).
+            elapsed, left = now - job.seg_start, job.overhead_left
+            job.gpu_s_overhead += (left if left < elapsed else elapsed) * job.gpus  # min(elapsed, left)
+            job.attained_s = target
+            job.version += 1  # ``_release``
+            job.overhead_left = 0.0
+            job.running = False
+            del running[job.job_id]
+            self.used_gpus -= job.gpus
+            idx = job.idx
+            killed = kill_s[idx] <= target
+            log_time(now)
+            log_kind(KILLED if killed else COMPLETED)
+            log_id(job.job_id)
+            record((idx, job.first_start_s, now, target, job.gpu_s_overhead, job.n_preempt))
+            if len(pending) >= FLUSH:
+                outcomes.flush()
+            if killed:
+                kill(idx, kill_best[idx])
         self.busy_gpu_s = busy
 
     def _watch(self, job: Job) -> None:
@@ -342,11 +397,9 @@ class ClusterSim:
         """One allocation pass when the waiting jobs do not all fit (the loop starts them all
         at once when they do)."""
         if self._unranked:
-            push, key = self._queue.push, self._rank_key
-            for job in self._unranked:
-                push(job.gpus, key(job), job)
+            self._queue.push_all(self._unranked, _gpus, self._rank_key)
             self._unranked.clear()
-        if self._static and not self.scheduler.preemptive:
+        if self._fill_only:
             for job in self._queue.take(self.total_gpus - self.used_gpus, self.scheduler.backfill):
                 self._start(job, now)
             return
