@@ -14,6 +14,12 @@ from ..schedulers import JobView
 from ..workloads.table import DenseEvals, JobTable
 from .outcome import OutcomeTable
 
+DEPART, ARRIVE = 0, 1  # same-time priority of a heap event: free GPUs before handing them out
+#: A heap event is (job, its version when scheduled, target service, code): a TIMER only makes
+#: an allocation happen then (a starvation guard's wake-up, the end of a run quantum); a
+#: MILESTONE is the job's next eval, kill or completion; RANK is a rank change (next_change_s).
+TIMER, MILESTONE, RANK = 0, 1, 2
+
 
 class Job(JobView):
     """One job from its arrival to its end: the view the scheduler sees (one object a job, not a

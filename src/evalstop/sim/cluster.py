@@ -19,14 +19,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from heapq import heappop, heappush
 from math import inf
-from operator import attrgetter
 from typing import Any
 
 import numpy as np
 
 from .._gc import cyclic_gc_paused
 from .._validation import check_choice, check_float
-from ..detectors import Verdict
 from ..schedulers import JobView, Scheduler
 from ..workloads import Workload
 from ._inputs import (
@@ -40,26 +38,18 @@ from ._inputs import (
     check_jobs,
     own_hook,
 )
-from ._job import FLUSH, Job, OutcomeColumns, Watch, eval_target_s, oracle_verdict
-from ._kill_plan import batch_kills
-from .allocation import merge_pass
+from ._job import DEPART, FLUSH, MILESTONE, RANK, TIMER, Job, OutcomeColumns
+from ._kill_plan import KillPlanning
+from .allocation import AllocationPasses
 from .engine import Engine
 from .outcome import SimResult
 from .waiting import WidthHeaps
 
-DEPART, ARRIVE = 0, 1  # same-time priority: free GPUs before handing them out
-#: A heap event is (job, its version when scheduled, target service, code): a TIMER only makes
-#: an allocation happen then (a starvation guard's wake-up, the end of a run quantum); a
-#: MILESTONE is the job's next eval, kill or completion; RANK is a rank change (next_change_s).
-TIMER, MILESTONE, RANK = 0, 1, 2
 #: Events due within this relative distance of an instant (seconds below 1 s) happen at it:
 #: about 5,000 times float64's relative spacing (2.2e-16), so round-off from the few operations
 #: behind an event time is covered, and small enough that the GPU-time accounting stays exact
 #: to 1e-9 relative (the simulator's invariant tests hold it to that).
 TIME_TOL_S = 1e-12
-
-
-_gpus = attrgetter("gpus")
 
 
 class SimulationInvariantError(RuntimeError):
@@ -84,7 +74,7 @@ class SimConfig:
         check_choice("SimConfig", "eval_path", self.eval_path, ("fast", "events"))
 
 
-class ClusterSim:
+class ClusterSim(AllocationPasses, KillPlanning):
     def __init__(self, workload: Workload, scheduler: Scheduler, config: SimConfig | None = None) -> None:
         self.config = config or SimConfig()
         self.scheduler = scheduler
@@ -118,20 +108,9 @@ class ClusterSim:
         self._monitor = own_hook(scheduler, "monitor")
         rank_key = own_hook(scheduler, "rank_key") or scheduler.rank_key
         self._rank_key: Callable[[JobView], tuple[Any, ...]] = rank_key
-        # The truth, per row, out of the scheduler's reach: duration, and the attained service
-        # (s) at which a planned kill happens (inf: none) with the eval it delivers (-1: final).
-        self._duration_s: list[float] = table.duration_s.tolist()
-        needs_evals = self.config.oracle or self._eval_events or self._monitor is not None
-        batch = batch_kills(scheduler, table) if self._plan_kills and not self.config.oracle else None
-        if batch is None:
-            n = len(table)
-            self._kill_s, self._kill_best = [inf] * n, [-1] * n
-        else:
-            self._kill_s, self._kill_best = batch
-        self._needs_watch = needs_evals and batch is None
+        self._plan(scheduler)
         #: A job's next milestone is its kill or completion (no eval events, no rank changes).
         self._plain_next = not self._eval_events and self._next_change_s is None
-        self._watches: dict[int, Watch] = {}  # event path: row -> the job's evals and monitor
 
     @property
     def log(self) -> list[tuple[float, str, int]]:
@@ -266,29 +245,6 @@ class ClusterSim:
                 kill(idx, kill_best[idx])
         self.busy_gpu_s = busy
 
-    def _watch(self, job: Job) -> None:
-        """The job's evals matter (a rule watches it, or the oracle): plan or prepare its kill."""
-        idx = job.idx
-        if self._plan_kills:
-            verdict = self._plan_kill(job)
-            if verdict is not None and verdict.stop_index is not None:
-                progress = self.table.evals.progress_of(idx)[verdict.stop_index]
-                self._kill_s[idx] = eval_target_s(self._duration_s[idx], progress)
-                best = verdict.best_index
-                self._kill_best[idx] = -1 if best is None else best
-        else:
-            monitor = None if self._monitor is None else self._monitor(job)
-            self._watches[idx] = Watch(self.table.evals.row(idx), monitor, self._duration_s[idx])
-
-    def _plan_kill(self, job: Job) -> Verdict | None:
-        """Fast path: fold the job's whole eval sequence into its monitor once, at arrival."""
-        if self.config.oracle:
-            return oracle_verdict(self.table, job.idx) if self.table.hacking[job.idx] else None
-        monitor = None if self._monitor is None else self._monitor(job)
-        if monitor is None:
-            return None
-        return monitor.verdict if monitor.fold(self.table.evals.row(job.idx)) else None
-
     # -- milestones ----------------------------------------------------------------------
     def _milestone(self, job: Job, now: float, target: float, code: int) -> None:
         """The job's attained service reached ``target``: an eval, its kill, its completion or
@@ -329,23 +285,6 @@ class ClusterSim:
         if kill_best is not None:
             outcomes.kill(idx, kill_best)
 
-    def _eval_fired(self, job: Job, attained: float) -> int | None:
-        """Event path: feed the job's monitor every eval up to ``attained``; the eval to deliver
-        (-1: the final checkpoint) if the rule fires, else None."""
-        watch = self._watches[job.idx]
-        monitor, targets = watch.monitor, watch.targets
-        while watch.next_eval < len(targets) and targets[watch.next_eval] <= attained:
-            watch.next_eval += 1
-            if monitor is None:
-                continue
-            verdict = monitor.observe(watch.evals[watch.next_eval - 1])
-            if monitor.fired_now:
-                del self._watches[job.idx]
-                return -1 if verdict.best_index is None else verdict.best_index
-        if attained >= self._duration_s[job.idx]:
-            del self._watches[job.idx]  # it completes now (the event path plans no kill)
-        return None
-
     def _schedule_next(self, job: Job, attained: float) -> None:
         """Schedule the job's next milestone; ``attained`` is its service now."""
         idx = job.idx
@@ -376,102 +315,7 @@ class ClusterSim:
         job.seg_start = now
         job.attained_s = job.attained_at_seg
 
-    # -- allocation ----------------------------------------------------------------------
-    def _enqueue(self, job: Job, now: float) -> None:
-        """A preempted job waits again (an arriving one is enqueued inline in the loop)."""
-        self.waiting[job.job_id] = job
-        self.waiting_gpus += job.gpus
-        if self._static:
-            self._unranked.append(job)
-        else:
-            self._wake_timer(job, now)
-
-    def _wake_timer(self, job: Job, now: float) -> None:
-        wake = self.scheduler.wake_at_s(job, now)
-        if wake is not None:
-            # A waiting job's rank changes at ``wake`` (starvation guard): an event there, stale
-            # (ignored) if the job has run and stopped again by then (its version moved on).
-            self.engine.schedule(max(wake, now), DEPART, (job, job.version, 0.0, TIMER))
-
-    def _reschedule(self, now: float) -> None:
-        """One allocation pass when the waiting jobs do not all fit (the loop starts them all
-        at once when they do)."""
-        if self._unranked:
-            self._queue.push_all(self._unranked, _gpus, self._rank_key)
-            self._unranked.clear()
-        if self._fill_only:
-            for job in self._queue.take(self.total_gpus - self.used_gpus, self.scheduler.backfill):
-                self._start(job, now)
-            return
-        for job in self.running.values():
-            job.attained_s = job.attained_at(now)
-        if self._static:
-            self._allocate_preemptive_static(now)
-            return
-        active: list[JobView] = [*self.running.values(), *self.waiting.values()]
-        ranked = self.scheduler.order(active, now)
-        if self.scheduler.preemptive:
-            self._allocate_preemptive(ranked, now)
-        else:
-            self._allocate_free(ranked, now)
-
-    def _allocate_free(self, ranked: list[JobView], now: float) -> None:
-        """Start waiting jobs in rank order wherever they fit in the free GPUs; without
-        backfilling, the first waiting job that does not fit blocks the ones behind it."""
-        free = self.total_gpus - self.used_gpus
-        for view in ranked:
-            job = self.waiting.get(view.job_id)
-            if job is None:
-                continue
-            if view.gpus > free:
-                if not self.scheduler.backfill:
-                    return
-                continue
-            free -= view.gpus
-            self._start(job, now)
-
-    def _allocate_preemptive_static(self, now: float) -> None:
-        key = self._rank_key
-        protected = self._protected(now)
-        ranked = sorted(
-            [(key(job), job.gpus, job) for i, job in self.running.items() if i not in protected]
-        )
-        total = self.total_gpus - sum(job.gpus for job in protected.values())
-        free = self.total_gpus - self.used_gpus
-        kept, started = merge_pass(ranked, self._queue, total, free, self.scheduler.backfill)
-        if len(kept) + len(protected) < len(self.running):
-            keep = {job.job_id for job in kept} | set(protected)
-            for job_id in [j for j in self.running if j not in keep]:
-                self._preempt(self.running[job_id], now)
-        for job in started:
-            self._start(job, now)
-
-    def _protected(self, now: float) -> dict[int, Job]:
-        """Running jobs still inside their minimum run quantum: they keep their GPUs."""
-        if self.config.min_run_s <= 0.0:
-            return {}
-        return {i: job for i, job in self.running.items() if job.protected_until > now}
-
-    def _allocate_preemptive(self, ranked: list[JobView], now: float) -> None:
-        protected = self._protected(now)
-        capacity = self.total_gpus - sum(job.gpus for job in protected.values())
-        chosen: list[int] = list(protected)
-        for view in ranked:
-            if view.job_id in protected:
-                continue
-            if view.gpus <= capacity:
-                chosen.append(view.job_id)
-                capacity -= view.gpus
-            elif not self.scheduler.backfill:
-                break  # strict: the best job that does not fit blocks the rest
-        keep = set(chosen)
-        for job_id in [i for i in self.running if i not in keep]:
-            self._preempt(self.running[job_id], now)
-        for job_id in chosen:
-            job = self.waiting.get(job_id)
-            if job is not None:
-                self._start(job, now)
-
+    # -- transitions ---------------------------------------------------------------------
     def _start(self, job: Job, now: float) -> None:
         job_id = job.job_id
         del self.waiting[job_id]
