@@ -143,7 +143,8 @@ class ClusterSim(AllocationPasses, KillPlanning):
         fill_only = self._fill_only
         duration_s, kill_s, kill_best = self._duration_s, self._kill_s, self._kill_best
         outcomes = self._outcomes
-        record, pending, kill = outcomes.record, outcomes.pending, outcomes.kill
+        record, pending = outcomes.record, outcomes.pending
+        killed_rows, delivered = outcomes.killed.append, outcomes.best.append  # ``outcomes.kill``
         # Plain: no hook at all and a job's only milestone is its kill or completion. Then a
         # job's start and end are inlined below (the same steps as ``_start`` and
         # ``_milestone``, less the hooks and milestones that cannot happen).
@@ -159,8 +160,9 @@ class ClusterSim(AllocationPasses, KillPlanning):
                 open_instant = False
                 if waiting and (changed or not static):
                     if self.used_gpus + self.waiting_gpus <= total:  # every waiting job fits
+                        if len(unranked) != len(waiting):  # some are in the width heaps
+                            self._queue.clear()
                         unranked.clear()
-                        self._queue.clear()
                         for job in list(waiting.values()):
                             if not plain or job.n_preempt:
                                 start(job, now)
@@ -242,7 +244,8 @@ class ClusterSim(AllocationPasses, KillPlanning):
             if len(pending) >= FLUSH:
                 outcomes.flush()
             if killed:
-                kill(idx, kill_best[idx])
+                killed_rows(idx)
+                delivered(kill_best[idx])
         self.busy_gpu_s = busy
 
     # -- milestones ----------------------------------------------------------------------
