@@ -151,101 +151,102 @@ class ClusterSim(AllocationPasses, KillPlanning):
         plain = self._plain_next and not (self._on_start or self._on_stop or self._on_job_end)
         arriving = next(arrivals, None)
         next_arrival = inf if arriving is None else arriving.arrival_s
-        now = due_by = busy = last = 0.0
-        open_instant = changed = False
+        busy = last = 0.0
         while True:
             at = heap[0][0] if heap else inf
-            due = next_arrival if next_arrival < at else at
-            if open_instant and due > due_by:  # the instant is over: allocate
-                open_instant = False
-                if waiting and (changed or not static):
-                    if self.used_gpus + self.waiting_gpus <= total:  # every waiting job fits
-                        if len(unranked) != len(waiting):  # some are in the width heaps
-                            self._queue.clear()
-                        unranked.clear()
-                        for job in list(waiting.values()):
-                            if not plain or job.n_preempt:
-                                start(job, now)
-                                continue
-                            job_id = job.job_id  # ``_start`` of a job that has never run
-                            del waiting[job_id]
-                            self.waiting_gpus -= job.gpus
-                            running[job_id] = job
-                            self.used_gpus += job.gpus
-                            job.first_start_s = job.seg_start = now
-                            job.running = True
-                            log_time(now)
-                            log_kind(STARTED)
-                            log_id(job_id)
-                            idx = job.idx
-                            target = duration_s[idx]
-                            if kill_s[idx] < target:
-                                target = kill_s[idx]
-                            # (no restore, no service yet: seg_start + 0.0 + (target - 0.0))
-                            event = (job, job.version, target, MILESTONE)
-                            heappush(heap, (now + target, DEPART, next(seq), event))
-                    elif not fill_only or self.used_gpus < total:  # (else no job can start)
-                        self._reschedule(now)
-                continue
-            if due == inf:
+            now = next_arrival if next_arrival < at else at
+            if now == inf:
                 break
-            if not open_instant:
-                now = engine.now = due
-                busy += self.used_gpus * (now - last)
-                last = now
-                due_by = now + TIME_TOL_S * (now if now > 1.0 else (-now if now < -1.0 else 1.0))
-                open_instant, changed = True, False
-            if next_arrival < at:
-                assert arriving is not None
-                job = arriving
-                log_time(now)
-                log_kind(ARRIVED)
-                log_id(job.job_id)
-                if on_job_add is not None:
-                    on_job_add(job, now)
-                if watch:
-                    self._watch(job)
-                waiting[job.job_id] = job
-                self.waiting_gpus += job.gpus
-                if static:
-                    # Ranked into the width heaps only if an allocation pass needs them (most
-                    # jobs of an uncongested cluster start at once): its key cannot change.
-                    unranked.append(job)
+            engine.now = now
+            busy += self.used_gpus * (now - last)
+            last = now
+            due_by = now + TIME_TOL_S * (now if now > 1.0 else (-now if now < -1.0 else 1.0))
+            changed = False
+            while True:  # every event of this instant
+                if next_arrival < at:
+                    assert arriving is not None
+                    job = arriving
+                    log_time(now)
+                    log_kind(ARRIVED)
+                    log_id(job.job_id)
+                    if on_job_add is not None:
+                        on_job_add(job, now)
+                    if watch:
+                        self._watch(job)
+                    waiting[job.job_id] = job
+                    self.waiting_gpus += job.gpus
+                    if static:
+                        # Ranked into the width heaps only if an allocation pass needs them (most
+                        # jobs of an uncongested cluster start at once): its key cannot change.
+                        unranked.append(job)
+                    else:
+                        self._wake_timer(job, now)
+                    arriving = next(arrivals, None)
+                    next_arrival = inf if arriving is None else arriving.arrival_s
+                    changed = True
                 else:
-                    self._wake_timer(job, now)
-                arriving = next(arrivals, None)
-                next_arrival = inf if arriving is None else arriving.arrival_s
-                changed = True
-                continue
-            job, version, target, code = heappop(heap)[3]
-            if version != job.version:
-                continue  # a stale timer: nothing changes
-            changed = True
-            if not code:
-                continue
-            if not plain:
-                milestone(job, now, target, code)
-                continue
-            # ``_milestone`` of a plain job: it is killed or completes (its end, inlined).
-            elapsed, left = now - job.seg_start, job.overhead_left
-            job.gpu_s_overhead += (left if left < elapsed else elapsed) * job.gpus  # min(elapsed, left)
-            job.attained_s = target
-            job.version += 1  # ``_release``
-            job.overhead_left = 0.0
-            job.running = False
-            del running[job.job_id]
-            self.used_gpus -= job.gpus
-            idx = job.idx
-            killed = kill_s[idx] <= target
-            log_time(now)
-            log_kind(KILLED if killed else COMPLETED)
-            log_id(job.job_id)
-            record((idx, job.first_start_s, now, target, job.gpu_s_overhead, job.n_preempt))
-            if len(pending) >= FLUSH:
-                outcomes.flush()
-            if killed:
-                killed_rows(idx)
-                delivered(kill_best[idx])
+                    job, version, target, code = heappop(heap)[3]
+                    if version == job.version:
+                        changed = True
+                    else:
+                        code = TIMER  # a stale timer: nothing happens
+                    if not code:
+                        pass
+                    elif not plain:
+                        milestone(job, now, target, code)
+                    else:
+                        # ``_milestone`` of a plain job: killed or completed (its end, inlined).
+                        elapsed, left = now - job.seg_start, job.overhead_left
+                        job.gpu_s_overhead += (left if left < elapsed else elapsed) * job.gpus  # min
+                        job.attained_s = target
+                        job.version += 1  # ``_release``
+                        job.overhead_left = 0.0
+                        job.running = False
+                        del running[job.job_id]
+                        self.used_gpus -= job.gpus
+                        idx = job.idx
+                        killed = kill_s[idx] <= target
+                        log_time(now)
+                        log_kind(KILLED if killed else COMPLETED)
+                        log_id(job.job_id)
+                        record((idx, job.first_start_s, now, target, job.gpu_s_overhead, job.n_preempt))
+                        if len(pending) >= FLUSH:
+                            outcomes.flush()
+                        if killed:
+                            killed_rows(idx)
+                            delivered(kill_best[idx])
+                at = heap[0][0] if heap else inf
+                if (next_arrival if next_arrival < at else at) > due_by:
+                    break
+            # the instant is over: allocate
+            if waiting and (changed or not static):
+                if self.used_gpus + self.waiting_gpus <= total:  # every waiting job fits
+                    if len(unranked) != len(waiting):  # some are in the width heaps
+                        self._queue.clear()
+                    unranked.clear()
+                    for job in list(waiting.values()):
+                        if not plain or job.n_preempt:
+                            start(job, now)
+                            continue
+                        job_id = job.job_id  # ``_start`` of a job that has never run
+                        del waiting[job_id]
+                        self.waiting_gpus -= job.gpus
+                        running[job_id] = job
+                        self.used_gpus += job.gpus
+                        job.first_start_s = job.seg_start = now
+                        job.running = True
+                        log_time(now)
+                        log_kind(STARTED)
+                        log_id(job_id)
+                        idx = job.idx
+                        target = duration_s[idx]
+                        if kill_s[idx] < target:
+                            target = kill_s[idx]
+                        # (no restore, no service yet: seg_start + 0.0 + (target - 0.0))
+                        event = (job, job.version, target, MILESTONE)
+                        heappush(heap, (now + target, DEPART, next(seq), event))
+                elif not fill_only or self.used_gpus < total:  # (else no job can start)
+                    self._reschedule(now)
         self.busy_gpu_s = busy
 
     # -- milestones ----------------------------------------------------------------------
