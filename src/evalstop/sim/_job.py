@@ -4,6 +4,7 @@ written to when it leaves."""
 from __future__ import annotations
 
 import itertools
+from array import array
 from collections.abc import Sequence
 from typing import Any
 
@@ -90,8 +91,8 @@ class OutcomeColumns:
         #: ``record(row)``: one list append a job; the caller calls ``flush`` every FLUSH rows,
         #: which moves them to ``rows`` in one C-level pass (no tuple or float kept).
         self.record = self.pending.append
-        self.killed: list[int] = []
-        self.best: list[int] = []
+        self.killed = array("q")  # rows of the killed jobs
+        self.best = array("q")  # the eval each delivers
         self.kill = self._kill
 
     def _kill(self, idx: int, best: int) -> None:
@@ -112,8 +113,8 @@ class OutcomeColumns:
         """True quality of every job's delivered checkpoint: its final one unless killed."""
         t = self.table
         delivered = t.true_final.copy()
-        rows = np.asarray(self.killed, dtype=np.int64)
-        best = np.asarray(self.best, dtype=np.int64)
+        rows = np.frombuffer(self.killed, dtype=np.int64)
+        best = np.frombuffer(self.best, dtype=np.int64)
         at_eval = best >= 0
         if isinstance(t.evals, DenseEvals):
             delivered[rows[at_eval]] = t.evals.true_q[rows[at_eval], best[at_eval]]
@@ -136,7 +137,7 @@ class OutcomeColumns:
             columns[name] = column
         attained = columns.pop("attained")
         killed = np.zeros(n, dtype=bool)
-        killed[self.killed] = True
+        killed[np.frombuffer(self.killed, dtype=np.int64)] = True
         positive = t.duration_s > 0
         progress = np.divide(attained, t.duration_s, out=np.ones_like(attained), where=positive)
         past_peak = progress - t.peak_progress

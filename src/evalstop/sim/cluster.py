@@ -152,13 +152,16 @@ class ClusterSim(AllocationPasses, KillPlanning):
         arriving = next(arrivals, None)
         next_arrival = inf if arriving is None else arriving.arrival_s
         busy = last = 0.0
+        # GPUs in use and asked for by waiting jobs: locals here, the attributes' values
+        # whenever a method that reads or changes them is called (synced around each call).
+        used, queued = self.used_gpus, self.waiting_gpus
         while True:
             at = heap[0][0] if heap else inf
             now = next_arrival if next_arrival < at else at
             if now == inf:
                 break
             engine.now = now
-            busy += self.used_gpus * (now - last)
+            busy += used * (now - last)
             last = now
             due_by = now + TIME_TOL_S * (now if now > 1.0 else (-now if now < -1.0 else 1.0))
             changed = False
@@ -174,7 +177,7 @@ class ClusterSim(AllocationPasses, KillPlanning):
                     if watch:
                         self._watch(job)
                     waiting[job.job_id] = job
-                    self.waiting_gpus += job.gpus
+                    queued += job.gpus
                     if static:
                         # Ranked into the width heaps only if an allocation pass needs them (most
                         # jobs of an uncongested cluster start at once): its key cannot change.
@@ -193,23 +196,23 @@ class ClusterSim(AllocationPasses, KillPlanning):
                     if not code:
                         pass
                     elif not plain:
+                        self.used_gpus, self.waiting_gpus = used, queued
                         milestone(job, now, target, code)
+                        used, queued = self.used_gpus, self.waiting_gpus
                     else:
                         # ``_milestone`` of a plain job: killed or completed (its end, inlined).
+                        # (What no one reads once the job is gone is left as it is.)
                         elapsed, left = now - job.seg_start, job.overhead_left
-                        job.gpu_s_overhead += (left if left < elapsed else elapsed) * job.gpus  # min
-                        job.attained_s = target
-                        job.version += 1  # ``_release``
-                        job.overhead_left = 0.0
-                        job.running = False
+                        overhead = job.gpu_s_overhead + (left if left < elapsed else elapsed) * job.gpus
+                        job.version += 1  # ``_release``: a timer of this job left behind is stale
                         del running[job.job_id]
-                        self.used_gpus -= job.gpus
+                        used -= job.gpus
                         idx = job.idx
                         killed = kill_s[idx] <= target
                         log_time(now)
                         log_kind(KILLED if killed else COMPLETED)
                         log_id(job.job_id)
-                        record((idx, job.first_start_s, now, target, job.gpu_s_overhead, job.n_preempt))
+                        record((idx, job.first_start_s, now, target, overhead, job.n_preempt))
                         if len(pending) >= FLUSH:
                             outcomes.flush()
                         if killed:
@@ -220,19 +223,21 @@ class ClusterSim(AllocationPasses, KillPlanning):
                     break
             # the instant is over: allocate
             if waiting and (changed or not static):
-                if self.used_gpus + self.waiting_gpus <= total:  # every waiting job fits
+                if used + queued <= total:  # every waiting job fits
                     if len(unranked) != len(waiting):  # some are in the width heaps
                         self._queue.clear()
                     unranked.clear()
                     for job in list(waiting.values()):
                         if not plain or job.n_preempt:
+                            self.used_gpus, self.waiting_gpus = used, queued
                             start(job, now)
+                            used, queued = self.used_gpus, self.waiting_gpus
                             continue
                         job_id = job.job_id  # ``_start`` of a job that has never run
                         del waiting[job_id]
-                        self.waiting_gpus -= job.gpus
+                        queued -= job.gpus
                         running[job_id] = job
-                        self.used_gpus += job.gpus
+                        used += job.gpus
                         job.first_start_s = job.seg_start = now
                         job.running = True
                         log_time(now)
@@ -245,9 +250,11 @@ class ClusterSim(AllocationPasses, KillPlanning):
                         # (no restore, no service yet: seg_start + 0.0 + (target - 0.0))
                         event = (job, job.version, target, MILESTONE)
                         heappush(heap, (now + target, DEPART, next(seq), event))
-                elif not fill_only or self.used_gpus < total:  # (else no job can start)
+                elif not fill_only or used < total:  # (else no job can start)
+                    self.used_gpus, self.waiting_gpus = used, queued
                     self._reschedule(now)
-        self.busy_gpu_s = busy
+                    used, queued = self.used_gpus, self.waiting_gpus
+        self.used_gpus, self.waiting_gpus, self.busy_gpu_s = used, queued, busy
 
     # -- milestones ----------------------------------------------------------------------
     def _milestone(self, job: Job, now: float, target: float, code: int) -> None:
