@@ -18,8 +18,9 @@ from .outcome import OutcomeTable
 DEPART, ARRIVE = 0, 1  # same-time priority of a heap event: free GPUs before handing them out
 #: A heap event is (job, its version when scheduled, target service, code): a TIMER only makes
 #: an allocation happen then (a starvation guard's wake-up, the end of a run quantum); a
-#: MILESTONE is the job's next eval, kill or completion; RANK is a rank change (next_change_s).
-TIMER, MILESTONE, RANK = 0, 1, 2
+#: MILESTONE is the job's next eval, kill or completion; RANK is a rank change (next_change_s);
+#: KILL is a milestone known, when it was scheduled, to be the job's planned kill.
+TIMER, MILESTONE, RANK, KILL = 0, 1, 2, 3
 
 
 class Job(JobView):

@@ -38,7 +38,7 @@ from ._inputs import (
     check_jobs,
     own_hook,
 )
-from ._job import DEPART, FLUSH, MILESTONE, RANK, TIMER, Job, OutcomeColumns
+from ._job import DEPART, FLUSH, KILL, MILESTONE, RANK, TIMER, Job, OutcomeColumns
 from ._kill_plan import KillPlanning
 from .allocation import AllocationPasses
 from .engine import Engine
@@ -208,7 +208,7 @@ class ClusterSim(AllocationPasses, KillPlanning):
                         del running[job.job_id]
                         used -= job.gpus
                         idx = job.idx
-                        killed = kill_s[idx] <= target
+                        killed = code == KILL  # (kill_s[idx] <= target, known at the start)
                         log_time(now)
                         log_kind(KILLED if killed else COMPLETED)
                         log_id(job.job_id)
@@ -244,11 +244,12 @@ class ClusterSim(AllocationPasses, KillPlanning):
                         log_kind(STARTED)
                         log_id(job_id)
                         idx = job.idx
-                        target = duration_s[idx]
-                        if kill_s[idx] < target:
-                            target = kill_s[idx]
+                        target, kill = duration_s[idx], kill_s[idx]
+                        code = KILL if kill <= target else MILESTONE
+                        if kill < target:
+                            target = kill
                         # (no restore, no service yet: seg_start + 0.0 + (target - 0.0))
-                        event = (job, job.version, target, MILESTONE)
+                        event = (job, job.version, target, code)
                         heappush(heap, (now + target, DEPART, next(seq), event))
                 elif not fill_only or used < total:  # (else no job can start)
                     self.used_gpus, self.waiting_gpus = used, queued
@@ -353,13 +354,13 @@ class ClusterSim(AllocationPasses, KillPlanning):
         self._log_id(job_id)
         if self._plain_next:  # ``_schedule_next`` inlined for a job with no eval or rank milestone
             idx = job.idx
-            target = self._duration_s[idx]
-            kill = self._kill_s[idx]
+            target, kill = self._duration_s[idx], self._kill_s[idx]
+            code = KILL if kill <= target else MILESTONE
             if kill < target:
                 target = kill
             when = now + job.overhead_left + (target - job.attained_at_seg)
             engine = self.engine
-            heappush(engine.heap, (when, DEPART, next(engine.seq), (job, job.version, target, MILESTONE)))
+            heappush(engine.heap, (when, DEPART, next(engine.seq), (job, job.version, target, code)))
         else:
             self._schedule_next(job, job.attained_at_seg)
 
