@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from .cluster import SimConfig
 
 T = TypeVar("T")
-_gpus = attrgetter("gpus")
+gpus_of = attrgetter("gpus")
 
 
 def fill_free(queue: WidthHeaps[T], free: int, backfill: bool) -> list[T]:
@@ -84,7 +84,6 @@ class AllocationPasses:
     running: dict[int, Job]
     waiting: dict[int, Job]
     _static: bool
-    _fill_only: bool
     _queue: WidthHeaps[Job]
     _unranked: list[Job]
     _rank_key: Callable[[JobView], tuple[Any, ...]]
@@ -114,15 +113,12 @@ class AllocationPasses:
             self.engine.schedule(max(wake, now), DEPART, (job, job.version, 0.0, TIMER))
 
     def _reschedule(self, now: float) -> None:
-        """One allocation pass when the waiting jobs do not all fit (the loop starts them all
-        at once when they do)."""
+        """One allocation pass of a preemptive or dynamic-rank policy when the waiting jobs do
+        not all fit (the loop itself starts them all when they do, and makes the pass of a
+        non-preemptive static-rank policy: it only starts jobs)."""
         if self._unranked:
-            self._queue.push_all(self._unranked, _gpus, self._rank_key)
+            self._queue.push_all(self._unranked, gpus_of, self._rank_key)
             self._unranked.clear()
-        if self._fill_only:
-            for job in self._queue.take(self.total_gpus - self.used_gpus, self.scheduler.backfill):
-                self._start(job, now)
-            return
         for job in self.running.values():
             job.attained_s = job.attained_at(now)
         if self._static:

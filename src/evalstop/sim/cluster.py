@@ -15,7 +15,7 @@ with the jobs in the system plus a few numbers per job, not with per-job objects
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from heapq import heappop, heappush
 from math import inf
@@ -40,7 +40,7 @@ from ._inputs import (
 )
 from ._job import DEPART, FLUSH, KILL, MILESTONE, RANK, TIMER, Job, OutcomeColumns
 from ._kill_plan import KillPlanning
-from .allocation import AllocationPasses
+from .allocation import AllocationPasses, gpus_of
 from .engine import Engine
 from .outcome import SimResult
 from .waiting import WidthHeaps
@@ -140,7 +140,7 @@ class ClusterSim(AllocationPasses, KillPlanning):
         waiting, running, unranked, static = self.waiting, self.running, self._unranked, self._static
         on_job_add, watch = self._on_job_add, self._needs_watch
         milestone, start, total = self._milestone, self._start, self.total_gpus
-        fill_only = self._fill_only
+        fill_only, backfill = self._fill_only, self.scheduler.backfill
         duration_s, kill_s, kill_best = self._duration_s, self._kill_s, self._kill_best
         outcomes = self._outcomes
         record, pending = outcomes.record, outcomes.pending
@@ -221,40 +221,51 @@ class ClusterSim(AllocationPasses, KillPlanning):
                 at = heap[0][0] if heap else inf
                 if (next_arrival if next_arrival < at else at) > due_by:
                     break
-            # the instant is over: allocate
-            if waiting and (changed or not static):
-                if used + queued <= total:  # every waiting job fits
-                    if len(unranked) != len(waiting):  # some are in the width heaps
-                        self._queue.clear()
+            # The instant is over: allocate. Every waiting job fits: start them all. Otherwise a
+            # non-preemptive static-rank policy starts the best-ranked that fit in the free GPUs
+            # (``AllocationPasses._reschedule`` inlined); any other policy takes a full pass.
+            if not waiting or not (changed or not static):
+                continue
+            if used + queued <= total:
+                if len(unranked) != len(waiting):  # some are in the width heaps
+                    self._queue.clear()
+                unranked.clear()
+                starting: Iterable[Job] = list(waiting.values())
+            elif fill_only:
+                if used >= total:
+                    continue  # no job can start
+                if unranked:
+                    self._queue.push_all(unranked, gpus_of, self._rank_key)
                     unranked.clear()
-                    for job in list(waiting.values()):
-                        if not plain or job.n_preempt:
-                            self.used_gpus, self.waiting_gpus = used, queued
-                            start(job, now)
-                            used, queued = self.used_gpus, self.waiting_gpus
-                            continue
-                        job_id = job.job_id  # ``_start`` of a job that has never run
-                        del waiting[job_id]
-                        queued -= job.gpus
-                        running[job_id] = job
-                        used += job.gpus
-                        job.first_start_s = job.seg_start = now
-                        job.running = True
-                        log_time(now)
-                        log_kind(STARTED)
-                        log_id(job_id)
-                        idx = job.idx
-                        target, kill = duration_s[idx], kill_s[idx]
-                        code = KILL if kill <= target else MILESTONE
-                        if kill < target:
-                            target = kill
-                        # (no restore, no service yet: seg_start + 0.0 + (target - 0.0))
-                        event = (job, job.version, target, code)
-                        heappush(heap, (now + target, DEPART, next(seq), event))
-                elif not fill_only or used < total:  # (else no job can start)
+                starting = self._queue.take(total - used, backfill)
+            else:
+                self.used_gpus, self.waiting_gpus = used, queued
+                self._reschedule(now)
+                used, queued = self.used_gpus, self.waiting_gpus
+                continue
+            for job in starting:
+                if not plain or job.n_preempt:
                     self.used_gpus, self.waiting_gpus = used, queued
-                    self._reschedule(now)
+                    start(job, now)
                     used, queued = self.used_gpus, self.waiting_gpus
+                    continue
+                job_id = job.job_id  # ``_start`` of a job that has never run
+                del waiting[job_id]
+                queued -= job.gpus
+                running[job_id] = job
+                used += job.gpus
+                job.first_start_s = job.seg_start = now
+                job.running = True
+                log_time(now)
+                log_kind(STARTED)
+                log_id(job_id)
+                idx = job.idx
+                target, kill = duration_s[idx], kill_s[idx]
+                code = KILL if kill <= target else MILESTONE
+                if kill < target:
+                    target = kill
+                # (no restore, no service yet: seg_start + 0.0 + (target - 0.0))
+                heappush(heap, (now + target, DEPART, next(seq), (job, job.version, target, code)))
         self.used_gpus, self.waiting_gpus, self.busy_gpu_s = used, queued, busy
 
     # -- milestones ----------------------------------------------------------------------
