@@ -38,9 +38,15 @@ class Job(JobView):
     def __init__(
         self, idx: int, job_id: int, tenant: int, kind: str, gpus: int, arrival_s: float, budget_s: float
     ) -> None:
-        # JobView's fields set here, not through its __init__: one call a job on the hot path.
-        self.job_id, self.tenant, self.kind, self.gpus = job_id, tenant, kind, gpus
-        self.arrival_s, self.budget_s, self.idx = arrival_s, budget_s, idx
+        # JobView's fields set here, not through its __init__: one call a job on the hot path
+        # (and one statement a field: no tuple built).
+        self.job_id = job_id
+        self.tenant = tenant
+        self.kind = kind
+        self.gpus = gpus
+        self.arrival_s = arrival_s
+        self.budget_s = budget_s
+        self.idx = idx
         self.running = False
         self.attained_s = self.seg_start = self.attained_at_seg = self.overhead_left = 0.0
         self.gpu_s_overhead = self.protected_until = 0.0
