@@ -202,8 +202,12 @@ class ClusterSim(AllocationPasses, KillPlanning):
                     else:
                         # ``_milestone`` of a plain job: killed or completed (its end, inlined).
                         # (What no one reads once the job is gone is left as it is.)
-                        elapsed, left = now - job.seg_start, job.overhead_left
-                        overhead = job.gpu_s_overhead + (left if left < elapsed else elapsed) * job.gpus
+                        n_preempt = job.n_preempt
+                        if n_preempt:
+                            elapsed, left = now - job.seg_start, job.overhead_left
+                            overhead = job.gpu_s_overhead + (left if left < elapsed else elapsed) * job.gpus
+                        else:
+                            overhead = 0.0  # never restored: 0.0 + 0.0 * gpus, exactly
                         job.version += 1  # ``_release``: a timer of this job left behind is stale
                         del running[job.job_id]
                         used -= job.gpus
@@ -212,7 +216,7 @@ class ClusterSim(AllocationPasses, KillPlanning):
                         log_time(now)
                         log_kind(KILLED if killed else COMPLETED)
                         log_id(job.job_id)
-                        record((idx, job.first_start_s, now, target, overhead, job.n_preempt))
+                        record((idx, job.first_start_s, now, target, overhead, n_preempt))
                         if len(pending) >= FLUSH:
                             outcomes.flush()
                         if killed:
