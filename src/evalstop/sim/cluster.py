@@ -149,6 +149,8 @@ class ClusterSim(AllocationPasses, KillPlanning):
         # job's start and end are inlined below (the same steps as ``_start`` and
         # ``_milestone``, less the hooks and milestones that cannot happen).
         plain = self._plain_next and not (self._on_start or self._on_stop or self._on_job_end)
+        alone_starts = plain and static  # (a dynamic-rank policy may set a wake-up timer now)
+        unwait = True
         arriving = next(arrivals, None)
         next_arrival = inf if arriving is None else arriving.arrival_s
         busy = last = 0.0
@@ -165,6 +167,7 @@ class ClusterSim(AllocationPasses, KillPlanning):
             last = now
             due_by = now + TIME_TOL_S * (now if now > 1.0 else (-now if now < -1.0 else 1.0))
             changed = False
+            starting: Iterable[Job] | None = None
             while True:  # every event of this instant
                 if next_arrival < at:
                     assert arriving is not None
@@ -176,6 +179,14 @@ class ClusterSim(AllocationPasses, KillPlanning):
                         on_job_add(job, now)
                     if watch:
                         self._watch(job)
+                    arriving = next(arrivals, None)
+                    next_arrival = inf if arriving is None else arriving.arrival_s
+                    if (alone_starts and not waiting and used + job.gpus <= total
+                            and (next_arrival if next_arrival < at else at) > due_by):
+                        # Alone in its instant, nothing waits and it fits: the allocation that
+                        # closes the instant starts it, and only it. Skip the queue.
+                        starting, unwait = (job,), False
+                        break
                     waiting[job.job_id] = job
                     queued += job.gpus
                     if static:
@@ -184,8 +195,6 @@ class ClusterSim(AllocationPasses, KillPlanning):
                         unranked.append(job)
                     else:
                         self._wake_timer(job, now)
-                    arriving = next(arrivals, None)
-                    next_arrival = inf if arriving is None else arriving.arrival_s
                     changed = True
                 else:
                     job, version, target, code = heappop(heap)[3]
@@ -228,20 +237,22 @@ class ClusterSim(AllocationPasses, KillPlanning):
             # The instant is over: allocate. Every waiting job fits: start them all. Otherwise a
             # non-preemptive static-rank policy starts the best-ranked that fit in the free GPUs
             # (``AllocationPasses._reschedule`` inlined); any other policy takes a full pass.
-            if not waiting or not (changed or not static):
+            if starting is not None:
+                pass  # (a job alone in its instant)
+            elif not waiting or not (changed or not static):
                 continue
-            if used + queued <= total:
+            elif used + queued <= total:
                 if len(unranked) != len(waiting):  # some are in the width heaps
                     self._queue.clear()
                 unranked.clear()
-                starting: Iterable[Job] = list(waiting.values())
+                starting, unwait = list(waiting.values()), True
             elif fill_only:
                 if used >= total:
                     continue  # no job can start
                 if unranked:
                     self._queue.push_all(unranked, gpus_of, self._rank_key)
                     unranked.clear()
-                starting = self._queue.take(total - used, backfill)
+                starting, unwait = self._queue.take(total - used, backfill), True
             else:
                 self.used_gpus, self.waiting_gpus = used, queued
                 self._reschedule(now)
@@ -254,8 +265,9 @@ class ClusterSim(AllocationPasses, KillPlanning):
                     used, queued = self.used_gpus, self.waiting_gpus
                     continue
                 job_id = job.job_id  # ``_start`` of a job that has never run
-                del waiting[job_id]
-                queued -= job.gpus
+                if unwait:
+                    del waiting[job_id]
+                    queued -= job.gpus
                 running[job_id] = job
                 used += job.gpus
                 job.first_start_s = job.seg_start = now
