@@ -25,7 +25,7 @@ from ..workloads.table import DenseEvals, JobTable
 from ._job import Job, Watch, eval_target_s, oracle_verdict
 
 if TYPE_CHECKING:
-    from .cluster import SimConfig
+    from ._config import SimConfig
 
 Array = np.ndarray[Any, Any]
 

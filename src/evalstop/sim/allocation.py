@@ -23,7 +23,7 @@ from .engine import Engine
 from .waiting import WidthHeaps
 
 if TYPE_CHECKING:
-    from .cluster import SimConfig
+    from ._config import SimConfig
 
 T = TypeVar("T")
 gpus_of = attrgetter("gpus")
