@@ -7,6 +7,7 @@ import hashlib
 import sys
 from array import array
 from collections.abc import Callable, Iterator
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,7 @@ import numpy as np
 from .._validation import InvalidParameterError
 from ..schedulers import EvalStop, Scheduler
 from ..workloads.table import JobTable
+from ._job import Job
 
 
 def check_jobs(table: JobTable, total: int) -> None:
@@ -49,19 +51,23 @@ def check_jobs(table: JobTable, total: int) -> None:
 _CHUNK = 65536
 
 
-def arrival_rows(table: JobTable) -> Iterator[tuple[Any, ...]]:
-    """(row, job id, tenant, kind, GPUs, arrival_s, budget_s, duration_s) of every job by
-    arrival time; ties keep the workload's order."""
+def arrival_jobs(table: JobTable) -> Iterator[Job]:
+    """A :class:`Job` for every row, by arrival time (ties keep the workload's order), each
+    built as it is asked for (from Python values converted a chunk at a time). The iterator is
+    a C-level chain of maps: no Python frame resumes between two jobs."""
     order = np.argsort(table.arrival_s, kind="stable")
     kinds = table.kinds
-    for first in range(0, order.size, _CHUNK):
-        rows = order[first:first + _CHUNK]
-        yield from zip(
-            rows.tolist(), table.job_id[rows].tolist(), table.tenant[rows].tolist(),
-            [kinds[k] for k in table.kind[rows].tolist()], table.gpus[rows].tolist(),
-            table.arrival_s[rows].tolist(), table.budget_s[rows].tolist(), table.duration_s[rows].tolist(),
-            strict=True,
-        )
+
+    def chunks() -> Iterator[Iterator[Job]]:
+        for first in range(0, order.size, _CHUNK):
+            rows = order[first:first + _CHUNK]
+            yield map(
+                Job, rows.tolist(), table.job_id[rows].tolist(), table.tenant[rows].tolist(),
+                [kinds[k] for k in table.kind[rows].tolist()], table.gpus[rows].tolist(),
+                table.arrival_s[rows].tolist(), table.budget_s[rows].tolist(),
+            )
+
+    return chain.from_iterable(chunks())
 
 
 _FORWARDED = ("on_job_add", "on_job_end", "on_start", "on_stop", "next_change_s", "wake_at_s", "rank_key")

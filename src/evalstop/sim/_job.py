@@ -4,6 +4,7 @@ written to when it leaves."""
 from __future__ import annotations
 
 import itertools
+from array import array
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,41 +12,66 @@ import numpy as np
 
 from ..detectors import Decision, Eval, Monitor, Verdict
 from ..schedulers import JobView
-from ..workloads.table import JobTable
+from ..workloads.table import DenseEvals, JobTable
 from .outcome import OutcomeTable
 
+DEPART, ARRIVE = 0, 1  # same-time priority of a heap event: free GPUs before handing them out
+#: A heap event is (job, its version when scheduled, target service, code): a TIMER only makes
+#: an allocation happen then (a starvation guard's wake-up, the end of a run quantum); a
+#: MILESTONE is the job's next eval, kill or completion; RANK is a rank change (next_change_s);
+#: KILL is a milestone known, when it was scheduled, to be the job's planned kill.
+TIMER, MILESTONE, RANK, KILL = 0, 1, 2, 3
 
-class Job:
-    """One job from its arrival to its end. ``view`` is all the scheduler ever sees; ``idx`` is
-    the job's row in the workload's table."""
+
+class Job(JobView):
+    """One job from its arrival to its end: the view the scheduler sees (one object a job, not a
+    view and a record beside it) plus the simulator's bookkeeping of it, all of which a platform
+    knows too (its row, the running segment, restore time left, preemptions). The truth (the
+    job's duration, its planned kill, its evals) is not here: the simulator keeps it in per-row
+    columns, so a policy handed this object still cannot read it."""
 
     __slots__ = (
-        "attained_at_seg", "duration_s", "evals", "first_start_s", "gpu_s_overhead", "gpus", "idx",
-        "job_id", "kill_at", "kill_best", "monitor", "n_preempt", "next_eval", "overhead_left",
-        "progress", "protected_until", "rank_milestone", "seg_start", "target_s", "version", "view",
+        "attained_at_seg", "first_start_s", "gpu_s_overhead", "idx", "n_preempt", "overhead_left",
+        "protected_until", "seg_start", "version",
     )
 
-    def __init__(self, idx: int, view: JobView, duration_s: float) -> None:
-        self.idx, self.view, self.duration_s = idx, view, duration_s
-        self.job_id, self.gpus = view.job_id, view.gpus
-        self.seg_start = self.attained_at_seg = self.overhead_left = self.gpu_s_overhead = 0.0
-        self.target_s = self.protected_until = 0.0
+    def __init__(
+        self, idx: int, job_id: int, tenant: int, kind: str, gpus: int, arrival_s: float, budget_s: float
+    ) -> None:
+        # JobView's fields set here, not through its __init__: one call a job on the hot path
+        # (and one statement a field: no tuple built).
+        self.job_id = job_id
+        self.tenant = tenant
+        self.kind = kind
+        self.gpus = gpus
+        self.arrival_s = arrival_s
+        self.budget_s = budget_s
+        self.idx = idx
+        self.running = False
+        self.attained_s = self.seg_start = self.attained_at_seg = self.overhead_left = 0.0
+        self.gpu_s_overhead = self.protected_until = 0.0
         self.first_start_s: float | None = None
-        self.n_preempt = self.next_eval = self.version = 0
-        self.kill_at: int | None = None  # eval index of the planned kill (fast path)
-        self.kill_best: int | None = None  # the eval delivered at that kill
-        self.monitor: Monitor | None = None  # the stopping rule watching the job (events path)
-        self.progress: Sequence[float | None] = ()  # progress of each eval (when evals matter)
-        self.evals: Sequence[Eval] = ()  # the job's evals (events path only)
-        self.rank_milestone = False  # the scheduled milestone is a rank change (next_change_s)
+        self.n_preempt = self.version = 0
 
     def attained_at(self, now: float) -> float:
         ran = now - self.seg_start - self.overhead_left
         return self.attained_at_seg + ran if ran > 0.0 else self.attained_at_seg
 
-    def eval_target_s(self, index: int) -> float:
-        progress = self.progress[index]
-        return self.duration_s * (1.0 if progress is None else progress)
+
+class Watch:
+    """A job's evals on the event path: one milestone per eval, fed to its ``monitor``."""
+
+    __slots__ = ("evals", "monitor", "next_eval", "targets")
+
+    def __init__(self, evals: Sequence[Eval], monitor: Monitor | None, duration_s: float) -> None:
+        self.evals, self.monitor, self.next_eval = evals, monitor, 0
+        #: attained service (s) at each eval
+        self.targets = [eval_target_s(duration_s, ev.progress) for ev in evals]
+
+
+def eval_target_s(duration_s: float, progress: float | None) -> float:
+    """Attained service at which an eval at ``progress`` happens (None: the end)."""
+    return duration_s * (1.0 if progress is None else progress)
 
 
 def oracle_verdict(table: JobTable, idx: int) -> Verdict:
@@ -59,10 +85,11 @@ def oracle_verdict(table: JobTable, idx: int) -> Verdict:
 class OutcomeColumns:
     """What the run writes per job as it ends: ``record`` takes (row, first start, end, attained
     service, overhead GPU-s, preemptions), kept as six float64s (48 bytes a job, no objects once
-    flushed); ``killed_at`` the kills. ``outcome_table`` derives the rest (progress, useful
-    and after-peak GPU time) with the same float operations a record would use."""
+    flushed); ``kill`` the kills, as (row, eval delivered or -1: the job's final quality).
+    ``outcome_table`` derives the rest (progress, useful and after-peak GPU time, the delivered
+    quality) with the same float operations a record would use."""
 
-    __slots__ = ("delivered", "killed", "pending", "record", "rows", "table")
+    __slots__ = ("best", "kill", "killed", "pending", "record", "rows", "table")
 
     def __init__(self, table: JobTable) -> None:
         self.table = table
@@ -71,8 +98,13 @@ class OutcomeColumns:
         #: ``record(row)``: one list append a job; the caller calls ``flush`` every FLUSH rows,
         #: which moves them to ``rows`` in one C-level pass (no tuple or float kept).
         self.record = self.pending.append
-        self.killed: list[int] = []
-        self.delivered: list[float] = []
+        self.killed = array("q")  # rows of the killed jobs
+        self.best = array("q")  # the eval each delivers
+        self.kill = self._kill
+
+    def _kill(self, idx: int, best: int) -> None:
+        self.killed.append(idx)
+        self.best.append(best)
 
     def flush(self) -> None:
         if self.pending:
@@ -84,10 +116,19 @@ class OutcomeColumns:
         self.flush()
         return sum(chunk.size for chunk in self.rows) // 6
 
-    def killed_at(self, idx: int, best: int | None) -> None:
-        self.killed.append(idx)
-        self.delivered.append(self.table.true_final[idx].item() if best is None else
-                              self.table.evals.true_at_index(idx, best))
+    def delivered(self) -> np.ndarray[Any, Any]:
+        """True quality of every job's delivered checkpoint: its final one unless killed."""
+        t = self.table
+        delivered = t.true_final.copy()
+        rows = np.frombuffer(self.killed, dtype=np.int64)
+        best = np.frombuffer(self.best, dtype=np.int64)
+        at_eval = best >= 0
+        if isinstance(t.evals, DenseEvals):
+            delivered[rows[at_eval]] = t.evals.true_q[rows[at_eval], best[at_eval]]
+        else:
+            for i, k in zip(rows[at_eval].tolist(), best[at_eval].tolist(), strict=True):
+                delivered[i] = t.evals.true_at_index(i, k)
+        return delivered
 
     def outcome_table(self) -> OutcomeTable:
         self.flush()
@@ -103,9 +144,7 @@ class OutcomeColumns:
             columns[name] = column
         attained = columns.pop("attained")
         killed = np.zeros(n, dtype=bool)
-        killed[self.killed] = True
-        delivered = t.true_final.copy()
-        delivered[self.killed] = self.delivered
+        killed[np.frombuffer(self.killed, dtype=np.int64)] = True
         positive = t.duration_s > 0
         progress = np.divide(attained, t.duration_s, out=np.ones_like(attained), where=positive)
         past_peak = progress - t.peak_progress
@@ -116,7 +155,7 @@ class OutcomeColumns:
             "killed": killed, "stop_progress": np.where(killed, progress, np.nan), "end_progress": progress,
             "n_preemptions": columns["n_preemptions"].astype(np.int64),
             "gpu_s_useful": attained * t.gpus, "gpu_s_after_peak": after_peak * t.duration_s * t.gpus,
-            "true_peak": t.true_peak, "true_delivered": delivered,
+            "true_peak": t.true_peak, "true_delivered": self.delivered(),
         })
         return OutcomeTable(columns)
 

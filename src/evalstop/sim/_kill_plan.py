@@ -1,5 +1,7 @@
-"""The fast eval path's kill plan for a whole generated workload at once.
+"""When a stopping rule kills a job: planned for a whole generated workload at once
+(``batch_kills``), or job by job (``KillPlanning``, the part of ``ClusterSim`` that reads evals).
 
+Batch plan.
 On the fast path the simulator folds each watched job's whole eval sequence into a fresh
 ``Monitor`` at arrival, and keeps two numbers: the eval at which the rule fires (if it does) and
 the best eval up to there (the checkpoint delivered). For a rule whose decision is a short
@@ -11,12 +13,19 @@ own way, or a workload whose evals are records, takes the per-job ``Monitor`` pa
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..schedulers import EvalStop, Scheduler
+from ..detectors import Monitor, Verdict
+from ..schedulers import EvalStop, JobView, Scheduler
 from ..workloads.table import DenseEvals, JobTable
+from ._job import Job, Watch, eval_target_s, oracle_verdict
+
+if TYPE_CHECKING:
+    from ._config import SimConfig
 
 Array = np.ndarray[Any, Any]
 
@@ -24,6 +33,28 @@ Array = np.ndarray[Any, Any]
 def batch_plan(scheduler: Scheduler, table: JobTable) -> tuple[list[int], list[int]] | None:
     """(stop index, best index) of every row, -1 where the rule never fires or does not watch
     the job; None if this scheduler/workload must be planned job by job."""
+    planned = _batch_arrays(scheduler, table)
+    return None if planned is None else (planned[0].tolist(), planned[1].tolist())
+
+
+def batch_kills(scheduler: Scheduler, table: JobTable) -> tuple[list[float], list[int]] | None:
+    """What the simulator reads of a batch plan: per row, the attained service (s) at which the
+    job is killed (inf: never) and the eval it delivers then (-1: none); None as ``batch_plan``.
+    The service is the eval's progress times the duration, the one float product the per-job
+    path computes."""
+    planned = _batch_arrays(scheduler, table)
+    if planned is None:
+        return None
+    stop, best = planned
+    assert isinstance(table.evals, DenseEvals)
+    fires = stop >= 0
+    kill_s = np.full(len(table), np.inf)
+    kill_s[fires] = table.duration_s[fires] * table.evals.progress[stop[fires]]
+    best[fires & (best < 0)] = table.evals.progress.size - 1  # as a per-job plan reads index -1
+    return kill_s.tolist(), best.tolist()
+
+
+def _batch_arrays(scheduler: Scheduler, table: JobTable) -> tuple[Array, Array] | None:
     if not isinstance(table.evals, DenseEvals) or not _plain_evalstop(scheduler):
         return None
     assert isinstance(scheduler, EvalStop)
@@ -39,7 +70,7 @@ def batch_plan(scheduler: Scheduler, table: JobTable) -> tuple[list[int], list[i
     stop, best = planned
     stop[~watched] = -1
     best[stop < 0] = -1
-    return stop.tolist(), best.tolist()
+    return stop, best
 
 
 def _plain_evalstop(scheduler: Scheduler) -> bool:
@@ -50,3 +81,75 @@ def _plain_evalstop(scheduler: Scheduler) -> bool:
     if cls.monitor is not EvalStop.monitor or cls.watches is not EvalStop.watches:
         return False
     return type(scheduler.base).monitor is Scheduler.monitor
+
+
+class KillPlanning:
+    """Per job: on the fast path, fold its evals into its monitor at arrival and note where it
+    is killed; on the event path, feed its monitor one eval at a time (the attributes below
+    are ``ClusterSim``'s)."""
+
+    config: SimConfig
+    table: JobTable
+    _plan_kills: bool
+    _monitor: Callable[[JobView], Monitor | None] | None
+    _duration_s: list[float]
+    _kill_s: list[float]
+    _kill_best: list[int]
+    _watches: dict[int, Watch]
+    _eval_events: bool
+    _needs_watch: bool
+
+    def _plan(self, scheduler: Scheduler) -> None:
+        """The truth, per row, out of the scheduler's reach: duration, and the attained service
+        (s) at which a planned kill happens (inf: none) with the eval it delivers (-1: final)."""
+        table, oracle = self.table, self.config.oracle
+        self._duration_s = table.duration_s.tolist()
+        batch = batch_kills(scheduler, table) if self._plan_kills and not oracle else None
+        if batch is None:
+            n = len(table)
+            self._kill_s, self._kill_best = [math.inf] * n, [-1] * n
+        else:
+            self._kill_s, self._kill_best = batch
+        needs_evals = oracle or self._eval_events or self._monitor is not None
+        self._needs_watch = needs_evals and batch is None
+        self._watches = {}  # event path: row -> the job's evals and monitor
+
+    def _watch(self, job: Job) -> None:
+        """The job's evals matter (a rule watches it, or the oracle): plan or prepare its kill."""
+        idx = job.idx
+        if self._plan_kills:
+            verdict = self._plan_kill(job)
+            if verdict is not None and verdict.stop_index is not None:
+                progress = self.table.evals.progress_of(idx)[verdict.stop_index]
+                self._kill_s[idx] = eval_target_s(self._duration_s[idx], progress)
+                best = verdict.best_index
+                self._kill_best[idx] = -1 if best is None else best
+        else:
+            monitor = None if self._monitor is None else self._monitor(job)
+            self._watches[idx] = Watch(self.table.evals.row(idx), monitor, self._duration_s[idx])
+
+    def _plan_kill(self, job: Job) -> Verdict | None:
+        """Fast path: fold the job's whole eval sequence into its monitor once, at arrival."""
+        if self.config.oracle:
+            return oracle_verdict(self.table, job.idx) if self.table.hacking[job.idx] else None
+        monitor = None if self._monitor is None else self._monitor(job)
+        if monitor is None:
+            return None
+        return monitor.verdict if monitor.fold(self.table.evals.row(job.idx)) else None
+
+    def _eval_fired(self, job: Job, attained: float) -> int | None:
+        """Event path: feed the job's monitor every eval up to ``attained``; the eval to deliver
+        (-1: the final checkpoint) if the rule fires, else None."""
+        watch = self._watches[job.idx]
+        monitor, targets = watch.monitor, watch.targets
+        while watch.next_eval < len(targets) and targets[watch.next_eval] <= attained:
+            watch.next_eval += 1
+            if monitor is None:
+                continue
+            verdict = monitor.observe(watch.evals[watch.next_eval - 1])
+            if monitor.fired_now:
+                del self._watches[job.idx]
+                return -1 if verdict.best_index is None else verdict.best_index
+        if attained >= self._duration_s[job.idx]:
+            del self._watches[job.idx]  # it completes now (the event path plans no kill)
+        return None

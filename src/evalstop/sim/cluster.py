@@ -15,18 +15,17 @@ with the jobs in the system plus a few numbers per job, not with per-job objects
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from heapq import heappop
+from collections.abc import Callable, Iterable
+from heapq import heappop, heappush
+from math import inf
 from typing import Any
 
 import numpy as np
 
 from .._gc import cyclic_gc_paused
-from .._validation import check_choice, check_float
-from ..detectors import Verdict
 from ..schedulers import JobView, Scheduler
 from ..workloads import Workload
+from ._config import TIME_TOL_S, SimConfig, SimulationInvariantError
 from ._inputs import (
     ARRIVED,
     COMPLETED,
@@ -34,54 +33,26 @@ from ._inputs import (
     PREEMPTED,
     STARTED,
     EventLog,
-    arrival_rows,
+    arrival_jobs,
     check_jobs,
     own_hook,
 )
-from ._job import FLUSH, Job, OutcomeColumns, oracle_verdict
-from ._kill_plan import batch_plan
-from .allocation import merge_pass
+from ._job import DEPART, FLUSH, KILL, MILESTONE, RANK, TIMER, Job, OutcomeColumns
+from ._kill_plan import KillPlanning
+from .allocation import AllocationPasses, gpus_of
 from .engine import Engine
 from .outcome import SimResult
 from .waiting import WidthHeaps
 
-DEPART, ARRIVE = 0, 1  # same-time priority: free GPUs before handing them out
-#: Events due within this relative distance of an instant (seconds below 1 s) happen at it:
-#: about 5,000 times float64's relative spacing (2.2e-16), so round-off from the few operations
-#: behind an event time is covered, and small enough that the GPU-time accounting stays exact
-#: to 1e-9 relative (the simulator's invariant tests hold it to that).
-TIME_TOL_S = 1e-12
+__all__ = ["TIME_TOL_S", "ClusterSim", "SimConfig", "SimulationInvariantError", "simulate"]
 
-
-class SimulationInvariantError(RuntimeError):
-    """A broken simulator invariant: a bug, never bad input."""
-
-
-@dataclass(frozen=True)
-class SimConfig:
-    preempt_overhead_s: float = 120.0
-    #: "fast": the kill point is computed from each job's own eval sequence at arrival (valid
-    #: because a stopping rule only reads that sequence); "events": one event per eval.
-    eval_path: str = "fast"
-    #: The oracle stops each hacking job at its best true checkpoint (upper bound, sim only).
-    oracle: bool = False
-    #: Minimum run quantum: a resumed job cannot be preempted again until it has finished its
-    #: restore and then run this many seconds (0: no quantum; see docs/model.md).
-    min_run_s: float = 0.0
-
-    def __post_init__(self) -> None:
-        check_float("SimConfig", "preempt_overhead_s", self.preempt_overhead_s, low=0.0)
-        check_float("SimConfig", "min_run_s", self.min_run_s, low=0.0)
-        check_choice("SimConfig", "eval_path", self.eval_path, ("fast", "events"))
-
-
-class ClusterSim:
+class ClusterSim(AllocationPasses, KillPlanning):
     def __init__(self, workload: Workload, scheduler: Scheduler, config: SimConfig | None = None) -> None:
         self.config = config or SimConfig()
         self.scheduler = scheduler
         self.total_gpus = workload.config.total_gpus
-        self.table = workload.table
-        check_jobs(self.table, self.total_gpus)
+        self.table = table = workload.table
+        check_jobs(table, self.total_gpus)
         self.seed = workload.seed
         self.workload = workload
         self.engine = Engine()
@@ -90,15 +61,15 @@ class ClusterSim:
         self.used_gpus = 0
         self.waiting_gpus = 0
         self.busy_gpu_s = 0.0
-        self._last_t = 0.0
         self._plan_kills = self.config.eval_path == "fast" or self.config.oracle
         self._eval_events = self.config.eval_path == "events" and not self.config.oracle
         self.events = EventLog()
         self._log_time, self._log_kind, self._log_id = self.events.appenders()
-        self._outcomes = OutcomeColumns(self.table)
+        self._outcomes = OutcomeColumns(table)
         self._record: Callable[[tuple[Any, ...]], None] = self._outcomes.record
         #: Static-rank policies (see ``Scheduler.static_rank``): waiting jobs in width heaps.
         self._static = scheduler.static_rank
+        self._fill_only = self._static and not scheduler.preemptive  # a pass only starts jobs
         self._queue: WidthHeaps[Job] = WidthHeaps()
         self._unranked: list[Job] = []  # waiting jobs not yet in ``_queue``
         # The scheduler's hooks, None where it keeps the base class's no-op (not called at all).
@@ -109,9 +80,9 @@ class ClusterSim:
         self._monitor = own_hook(scheduler, "monitor")
         rank_key = own_hook(scheduler, "rank_key") or scheduler.rank_key
         self._rank_key: Callable[[JobView], tuple[Any, ...]] = rank_key
-        self._needs_evals = self.config.oracle or self._eval_events or self._monitor is not None
-        fast_rule = self._plan_kills and not self.config.oracle
-        self._batch = batch_plan(scheduler, self.table) if fast_rule else None
+        self._plan(scheduler)
+        #: A job's next milestone is its kill or completion (no eval events, no rank changes).
+        self._plain_next = not self._eval_events and self._next_change_s is None
 
     @property
     def log(self) -> list[tuple[float, str, int]]:
@@ -127,285 +98,235 @@ class ClusterSim:
     def _run_events(self) -> None:
         """Pop events in (time, priority, insertion) order. Arrivals come from the workload in
         arrival order and are merged with the heap (an arrival sorts after every heap event of
-        its time), which is the order of scheduling every arrival up front, without the heap."""
-        arrivals = arrival_rows(self.table)
+        its time), which is the order of scheduling every arrival up front, without the heap.
+
+        Every event of an instant first (departures sort before arrivals), then one allocation:
+        a job due to finish now is never preempted now. "Now" spans float round-off
+        (TIME_TOL_S): a job due at 0.1 + 0.2 finishes at an arrival at 0.3. If only stale
+        timers (of preempted jobs) fired, a static-rank policy's allocation cannot change
+        (waiting ranks are fixed, running ones only improve), so there is none."""
+        arrivals = arrival_jobs(self.table)
         engine = self.engine
-        heap = engine.heap  # popped here directly (``Engine.pop`` inlined: two pops a job)
-        inf = float("inf")
-        row = next(arrivals, None)
-        next_arrival = inf if row is None else row[5]
+        heap, seq = engine.heap, engine.seq  # popped and pushed here directly (two a job)
+        log_time, log_kind, log_id = self._log_time, self._log_kind, self._log_id
+        waiting, running, unranked, static = self.waiting, self.running, self._unranked, self._static
+        on_job_add, watch = self._on_job_add, self._needs_watch
+        milestone, start, total = self._milestone, self._start, self.total_gpus
+        fill_only, backfill = self._fill_only, self.scheduler.backfill
+        duration_s, kill_s, kill_best = self._duration_s, self._kill_s, self._kill_best
+        outcomes = self._outcomes
+        record, pending = outcomes.record, outcomes.pending
+        killed_rows, delivered = outcomes.killed.append, outcomes.best.append  # ``outcomes.kill``
+        # Plain: no hook at all and a job's only milestone is its kill or completion. Then a
+        # job's start and end are inlined below (the same steps as ``_start`` and
+        # ``_milestone``, less the hooks and milestones that cannot happen).
+        plain = self._plain_next and not (self._on_start or self._on_stop or self._on_job_end)
+        alone_starts = plain and static  # (a dynamic-rank policy may set a wake-up timer now)
+        unwait = True
+        arriving = next(arrivals, None)
+        next_arrival = inf if arriving is None else arriving.arrival_s
+        busy = last = 0.0
+        # GPUs in use and asked for by waiting jobs: locals here, the attributes' values
+        # whenever a method that reads or changes them is called (synced around each call).
+        used, queued = self.used_gpus, self.waiting_gpus
         while True:
             at = heap[0][0] if heap else inf
-            if next_arrival < at:
-                now = next_arrival
-                engine.now = now  # the arrival is before every heap event: time moves forward
-                self.busy_gpu_s += self.used_gpus * (now - self._last_t)
-                self._last_t = now
-                assert row is not None
-                self._arrive(row, now)
-                row = next(arrivals, None)
-                next_arrival = inf if row is None else row[5]
-                changed = True
-            elif heap:
-                entry = heappop(heap)
-                now = engine.now = entry[0]
-                kind, job, version = entry[3]
-                self.busy_gpu_s += self.used_gpus * (now - self._last_t)
-                self._last_t = now
-                changed = version == job.version  # False: a stale timer (nothing changes)
-                if changed and kind == "milestone":
-                    self._milestone(job, now)
-            else:
-                return
-            # Every event of this instant first (departures sort before arrivals), then one
-            # allocation: a job due to finish now is never preempted now. "Now" spans float
-            # round-off (TIME_TOL_S): a job due at 0.1 + 0.2 finishes at an arrival at 0.3.
+            now = next_arrival if next_arrival < at else at
+            if now == inf:
+                break
+            engine.now = now
+            busy += used * (now - last)
+            last = now
             due_by = now + TIME_TOL_S * (now if now > 1.0 else (-now if now < -1.0 else 1.0))
-            while True:
-                at = heap[0][0] if heap else inf
+            changed = False
+            starting: Iterable[Job] | None = None
+            while True:  # every event of this instant
                 if next_arrival < at:
-                    if next_arrival > due_by:
+                    assert arriving is not None
+                    job = arriving
+                    log_time(now)
+                    log_kind(ARRIVED)
+                    log_id(job.job_id)
+                    if on_job_add is not None:
+                        on_job_add(job, now)
+                    if watch:
+                        self._watch(job)
+                    arriving = next(arrivals, None)
+                    next_arrival = inf if arriving is None else arriving.arrival_s
+                    if (alone_starts and not waiting and used + job.gpus <= total
+                            and (next_arrival if next_arrival < at else at) > due_by):
+                        # Alone in its instant, nothing waits and it fits: the allocation that
+                        # closes the instant starts it, and only it. Skip the queue.
+                        starting, unwait = (job,), False
                         break
-                    assert row is not None
-                    self._arrive(row, now)
-                    row = next(arrivals, None)
-                    next_arrival = inf if row is None else row[5]
+                    waiting[job.job_id] = job
+                    queued += job.gpus
+                    if static:
+                        # Ranked into the width heaps only if an allocation pass needs them (most
+                        # jobs of an uncongested cluster start at once): its key cannot change.
+                        unranked.append(job)
+                    else:
+                        self._wake_timer(job, now)
                     changed = True
-                elif at <= due_by:
-                    kind, job, version = heappop(heap)[3]
+                else:
+                    job, version, target, code = heappop(heap)[3]
                     if version == job.version:
                         changed = True
-                        if kind == "milestone":
-                            self._milestone(job, now)
-                else:
+                    else:
+                        code = TIMER  # a stale timer: nothing happens
+                    if not code:
+                        pass
+                    elif not plain:
+                        self.used_gpus, self.waiting_gpus = used, queued
+                        milestone(job, now, target, code)
+                        used, queued = self.used_gpus, self.waiting_gpus
+                    else:
+                        # ``_milestone`` of a plain job: killed or completed (its end, inlined).
+                        # (What no one reads once the job is gone is left as it is.)
+                        n_preempt = job.n_preempt
+                        if n_preempt:
+                            elapsed, left = now - job.seg_start, job.overhead_left
+                            overhead = job.gpu_s_overhead + (left if left < elapsed else elapsed) * job.gpus
+                        else:
+                            overhead = 0.0  # never restored: 0.0 + 0.0 * gpus, exactly
+                        job.version += 1  # ``_release``: a timer of this job left behind is stale
+                        del running[job.job_id]
+                        used -= job.gpus
+                        idx = job.idx
+                        killed = code == KILL  # (kill_s[idx] <= target, known at the start)
+                        log_time(now)
+                        log_kind(KILLED if killed else COMPLETED)
+                        log_id(job.job_id)
+                        record((idx, job.first_start_s, now, target, overhead, n_preempt))
+                        if len(pending) >= FLUSH:
+                            outcomes.flush()
+                        if killed:
+                            killed_rows(idx)
+                            delivered(kill_best[idx])
+                at = heap[0][0] if heap else inf
+                if (next_arrival if next_arrival < at else at) > due_by:
                     break
-            # Only stale timers (of preempted jobs) fired: under a static-rank policy the
-            # allocation cannot change (waiting ranks are fixed, running ones only improve).
-            if changed or not self._static:
+            # The instant is over: allocate. Every waiting job fits: start them all. Otherwise a
+            # non-preemptive static-rank policy starts the best-ranked that fit in the free GPUs
+            # (``AllocationPasses._reschedule`` inlined); any other policy takes a full pass.
+            if starting is not None:
+                pass  # (a job alone in its instant)
+            elif not waiting or not (changed or not static):
+                continue
+            elif used + queued <= total:
+                if len(unranked) != len(waiting):  # some are in the width heaps
+                    self._queue.clear()
+                unranked.clear()
+                starting, unwait = list(waiting.values()), True
+            elif fill_only:
+                if used >= total:
+                    continue  # no job can start
+                if unranked:
+                    self._queue.push_all(unranked, gpus_of, self._rank_key)
+                    unranked.clear()
+                starting, unwait = self._queue.take(total - used, backfill), True
+            else:
+                self.used_gpus, self.waiting_gpus = used, queued
                 self._reschedule(now)
-
-    def _account(self, now: float) -> None:
-        self.busy_gpu_s += self.used_gpus * (now - self._last_t)
-        self._last_t = now
-
-    def _arrive(self, row: tuple[Any, ...], now: float) -> None:
-        idx, job_id, tenant, kind, gpus, arrival_s, budget_s, duration_s = row
-        view = JobView(job_id, tenant, kind, gpus, arrival_s, budget_s)
-        job = Job(idx, view, duration_s)
-        self._log_time(now), self._log_kind(ARRIVED), self._log_id(job_id)
-        if self._on_job_add is not None:
-            self._on_job_add(view, now)
-        if self._needs_evals:
-            self._watch(job)
-        self._enqueue(job, now)
-
-    def _watch(self, job: Job) -> None:
-        """The job's evals matter (a rule watches it, or the oracle): plan or prepare its kill."""
-        evals = self.table.evals
-        job.progress = evals.progress_of(job.idx)
-        if self._batch is not None:
-            stop = self._batch[0][job.idx]
-            if stop >= 0:
-                job.kill_at, job.kill_best = stop, self._batch[1][job.idx]
-        elif self._plan_kills:
-            verdict = self._plan_kill(job)
-            if verdict is not None:
-                job.kill_at, job.kill_best = verdict.stop_index, verdict.best_index
-        else:
-            job.evals = evals.row(job.idx)
-            job.monitor = None if self._monitor is None else self._monitor(job.view)
-
-    def _plan_kill(self, job: Job) -> Verdict | None:
-        """Fast path: fold the job's whole eval sequence into its monitor once, at arrival."""
-        if self.config.oracle:
-            return oracle_verdict(self.table, job.idx) if self.table.hacking[job.idx] else None
-        monitor = None if self._monitor is None else self._monitor(job.view)
-        if monitor is None:
-            return None
-        return monitor.verdict if monitor.fold(self.table.evals.row(job.idx)) else None
+                used, queued = self.used_gpus, self.waiting_gpus
+                continue
+            for job in starting:
+                if not plain or job.n_preempt:
+                    self.used_gpus, self.waiting_gpus = used, queued
+                    start(job, now)
+                    used, queued = self.used_gpus, self.waiting_gpus
+                    continue
+                job_id = job.job_id  # ``_start`` of a job that has never run
+                if unwait:
+                    del waiting[job_id]
+                    queued -= job.gpus
+                running[job_id] = job
+                used += job.gpus
+                job.first_start_s = job.seg_start = now
+                job.running = True
+                log_time(now)
+                log_kind(STARTED)
+                log_id(job_id)
+                idx = job.idx
+                target, kill = duration_s[idx], kill_s[idx]
+                code = KILL if kill <= target else MILESTONE
+                if kill < target:
+                    target = kill
+                # (no restore, no service yet: seg_start + 0.0 + (target - 0.0))
+                heappush(heap, (now + target, DEPART, next(seq), (job, job.version, target, code)))
+        self.used_gpus, self.waiting_gpus, self.busy_gpu_s = used, queued, busy
 
     # -- milestones ----------------------------------------------------------------------
-    def _milestone(self, job: Job, now: float) -> None:
-        """The job's attained service reached its next target: eval, kill, completion or rank change.
+    def _milestone(self, job: Job, now: float, target: float, code: int) -> None:
+        """The job's attained service reached ``target``: an eval, its kill, its completion or
+        (``code`` RANK) a rank change.
 
         Its attained service is that target exactly (float round-off in now - seg_start must not
         leave it a hair short). An eval milestone that does not end the job leaves its running
         segment open, so the next milestone is timed from the segment's start, as on the fast
         path where no eval event lies between them: both paths compute the same times, bit for
         bit. A rank change, which both paths share, starts a new segment."""
-        if job.rank_milestone:
+        if code == RANK:
             self._close_segment(job, now)
-            job.attained_at_seg = job.target_s
-        attained = job.view.attained_s = job.target_s
-        evals = job.evals
-        if self._eval_events:
-            monitor = job.monitor
-            while job.next_eval < len(evals) and job.eval_target_s(job.next_eval) <= attained:
-                job.next_eval += 1
-                if monitor is None:
-                    continue
-                verdict = monitor.observe(evals[job.next_eval - 1])
-                if monitor.fired_now:
-                    self._end_at_milestone(job, now, True, verdict.best_index)
-                    return
-        if job.kill_at is not None and job.eval_target_s(job.kill_at) <= attained:
-            self._end_at_milestone(job, now, True, job.kill_best)
-        elif attained >= job.duration_s:
-            self._end_at_milestone(job, now, False, None)
-        else:
-            self._schedule_next(job, attained)
-
-    def _end_at_milestone(self, job: Job, now: float, killed: bool, best_index: int | None) -> None:
-        """Kill (delivering eval ``best_index``) or complete the job at its milestone: its service is the
-        target, its restore overhead is what it spent of it by ``now``. (``_close_segment``
-        inlined: its service is known exactly here.)"""
+            job.attained_at_seg = target
+        job.attained_s = target
+        idx = job.idx
+        kill_best = self._eval_fired(job, target) if self._eval_events else None
+        if kill_best is None:
+            if self._kill_s[idx] <= target:
+                kill_best = self._kill_best[idx]
+            elif target < self._duration_s[idx]:
+                self._schedule_next(job, target)
+                return
+        # The job ends: killed (delivering eval ``kill_best``, -1: its final checkpoint) or
+        # completed (None). Its restore overhead is what it spent of it by now
+        # (``_close_segment`` inlined: its service is known exactly).
         elapsed, left = now - job.seg_start, job.overhead_left
         job.gpu_s_overhead += (left if left < elapsed else elapsed) * job.gpus  # min(elapsed, left)
-        job.attained_at_seg = job.view.attained_s = job.target_s
-        job.seg_start = now
         self._release(job, now)
         if self._on_job_end is not None:
-            self._on_job_end(job.view, now)
-        job_id = job.job_id
-        self._log_time(now), self._log_kind(KILLED if killed else COMPLETED), self._log_id(job_id)
-        self._record((job.idx, job.first_start_s, now, job.target_s, job.gpu_s_overhead, job.n_preempt))
-        if len(self._outcomes.pending) >= FLUSH:
-            self._outcomes.flush()
-        if killed:
-            self._outcomes.killed_at(job.idx, best_index)
+            self._on_job_end(job, now)
+        self._log_time(now)
+        self._log_kind(COMPLETED if kill_best is None else KILLED)
+        self._log_id(job.job_id)
+        outcomes = self._outcomes
+        self._record((idx, job.first_start_s, now, target, job.gpu_s_overhead, job.n_preempt))
+        if len(outcomes.pending) >= FLUSH:
+            outcomes.flush()
+        if kill_best is not None:
+            outcomes.kill(idx, kill_best)
 
     def _schedule_next(self, job: Job, attained: float) -> None:
         """Schedule the job's next milestone; ``attained`` is its service now."""
-        target = job.duration_s
-        if self._eval_events and job.next_eval < len(job.evals):
-            target = min(target, job.eval_target_s(job.next_eval))
-        if job.kill_at is not None:
-            target = min(target, job.eval_target_s(job.kill_at))
+        idx = job.idx
+        target = self._duration_s[idx]
+        if self._eval_events:
+            watch = self._watches[idx]
+            if watch.next_eval < len(watch.targets):
+                target = min(target, watch.targets[watch.next_eval])
+        kill = self._kill_s[idx]
+        if kill < target:
+            target = kill
+        code = MILESTONE
         if self._next_change_s is not None:
-            change = self._next_change_s(job.view)
-            job.rank_milestone = change is not None and attained < change <= target
-            if change is not None and job.rank_milestone:
-                target = change
-        job.target_s = target
-        when = job.seg_start + job.overhead_left + (target - job.attained_at_seg)
-        self.engine.schedule(when, DEPART, ("milestone", job, job.version))
+            change = self._next_change_s(job)
+            if change is not None and attained < change <= target:
+                target, code = change, RANK
+        when = job.seg_start + job.overhead_left + (target - job.attained_at_seg)  # >= now
+        engine = self.engine
+        heappush(engine.heap, (when, DEPART, next(engine.seq), (job, job.version, target, code)))
 
     def _close_segment(self, job: Job, now: float) -> None:
         """Bring the job's accounting up to ``now`` and start a new running segment there."""
         elapsed = now - job.seg_start
         spent_overhead = min(elapsed, job.overhead_left)
         job.gpu_s_overhead += spent_overhead * job.gpus
-        job.attained_at_seg = min(job.duration_s, job.attained_at_seg + elapsed - spent_overhead)
+        job.attained_at_seg = min(self._duration_s[job.idx], job.attained_at_seg + elapsed - spent_overhead)
         job.overhead_left -= spent_overhead
         job.seg_start = now
-        job.view.attained_s = job.attained_at_seg
+        job.attained_s = job.attained_at_seg
 
-    # -- allocation ----------------------------------------------------------------------
-    def _enqueue(self, job: Job, now: float) -> None:
-        self.waiting[job.job_id] = job
-        self.waiting_gpus += job.gpus
-        if self._static:
-            # Ranked into the width heaps only if an allocation pass needs them (most jobs of an
-            # uncongested cluster start at once): its key cannot change while it waits.
-            self._unranked.append(job)
-            return
-        wake = self.scheduler.wake_at_s(job.view, now)
-        if wake is not None:
-            # A waiting job's rank changes at ``wake`` (starvation guard): an event there, stale
-            # (ignored) if the job has run and stopped again by then (its version moved on).
-            self.engine.schedule(max(wake, now), DEPART, ("wake", job, job.version))
-
-    def _reschedule(self, now: float) -> None:
-        if not self.waiting:
-            return
-        if self.used_gpus + self.waiting_gpus <= self.total_gpus:
-            self._unranked.clear()
-            self._queue.clear()
-            for job in list(self.waiting.values()):
-                self._start(job, now)
-            return
-        if self._unranked:
-            push, key = self._queue.push, self._rank_key
-            for job in self._unranked:
-                push(job.gpus, key(job.view), job)
-            self._unranked.clear()
-        if self._static and not self.scheduler.preemptive:
-            self._allocate_free_static(now)
-            return
-        for job in self.running.values():
-            job.view.attained_s = job.attained_at(now)
-        if self._static:
-            self._allocate_preemptive_static(now)
-            return
-        active = [j.view for j in self.running.values()] + [j.view for j in self.waiting.values()]
-        ranked = self.scheduler.order(active, now)
-        if self.scheduler.preemptive:
-            self._allocate_preemptive(ranked, now)
-        else:
-            self._allocate_free(ranked, now)
-
-    def _allocate_free(self, ranked: list[JobView], now: float) -> None:
-        """Start waiting jobs in rank order wherever they fit in the free GPUs; without
-        backfilling, the first waiting job that does not fit blocks the ones behind it."""
-        free = self.total_gpus - self.used_gpus
-        for view in ranked:
-            job = self.waiting.get(view.job_id)
-            if job is None:
-                continue
-            if view.gpus > free:
-                if not self.scheduler.backfill:
-                    return
-                continue
-            free -= view.gpus
-            self._start(job, now)
-
-    def _allocate_free_static(self, now: float) -> None:
-        free = self.total_gpus - self.used_gpus
-        for job in self._queue.take(free, self.scheduler.backfill):
-            self._start(job, now)
-
-    def _allocate_preemptive_static(self, now: float) -> None:
-        key = self._rank_key
-        protected = self._protected(now)
-        ranked = sorted(
-            [(key(job.view), job.gpus, job) for i, job in self.running.items() if i not in protected]
-        )
-        total = self.total_gpus - sum(job.gpus for job in protected.values())
-        free = self.total_gpus - self.used_gpus
-        kept, started = merge_pass(ranked, self._queue, total, free, self.scheduler.backfill)
-        if len(kept) + len(protected) < len(self.running):
-            keep = {job.job_id for job in kept} | set(protected)
-            for job_id in [j for j in self.running if j not in keep]:
-                self._preempt(self.running[job_id], now)
-        for job in started:
-            self._start(job, now)
-
-    def _protected(self, now: float) -> dict[int, Job]:
-        """Running jobs still inside their minimum run quantum: they keep their GPUs."""
-        if self.config.min_run_s <= 0.0:
-            return {}
-        return {i: job for i, job in self.running.items() if job.protected_until > now}
-
-    def _allocate_preemptive(self, ranked: list[JobView], now: float) -> None:
-        protected = self._protected(now)
-        capacity = self.total_gpus - sum(job.gpus for job in protected.values())
-        chosen: list[int] = list(protected)
-        for view in ranked:
-            if view.job_id in protected:
-                continue
-            if view.gpus <= capacity:
-                chosen.append(view.job_id)
-                capacity -= view.gpus
-            elif not self.scheduler.backfill:
-                break  # strict: the best job that does not fit blocks the rest
-        keep = set(chosen)
-        for job_id in [i for i in self.running if i not in keep]:
-            self._preempt(self.running[job_id], now)
-        for job_id in chosen:
-            job = self.waiting.get(job_id)
-            if job is not None:
-                self._start(job, now)
-
+    # -- transitions ---------------------------------------------------------------------
     def _start(self, job: Job, now: float) -> None:
         job_id = job.job_id
         del self.waiting[job_id]
@@ -419,25 +340,38 @@ class ClusterSim:
         if job.first_start_s is None:
             job.first_start_s = now
         job.seg_start = now
-        job.overhead_left = self.config.preempt_overhead_s if job.n_preempt else 0.0
-        if job.n_preempt and self.config.min_run_s > 0.0:
-            job.protected_until = now + job.overhead_left + self.config.min_run_s
-            self.engine.schedule(job.protected_until, DEPART, ("quantum", job, job.version))
-        job.view.running = True
+        if job.n_preempt:  # (a job that never ran, or has just run, has no restore left)
+            job.overhead_left = self.config.preempt_overhead_s
+            if self.config.min_run_s > 0.0:
+                job.protected_until = now + job.overhead_left + self.config.min_run_s
+                self.engine.schedule(job.protected_until, DEPART, (job, job.version, 0.0, TIMER))
+        job.running = True
         if self._on_start is not None:
-            self._on_start(job.view, now)
-        self._log_time(now), self._log_kind(STARTED), self._log_id(job_id)
-        self._schedule_next(job, job.attained_at_seg)
+            self._on_start(job, now)
+        self._log_time(now)
+        self._log_kind(STARTED)
+        self._log_id(job_id)
+        if self._plain_next:  # ``_schedule_next`` inlined for a job with no eval or rank milestone
+            idx = job.idx
+            target, kill = self._duration_s[idx], self._kill_s[idx]
+            code = KILL if kill <= target else MILESTONE
+            if kill < target:
+                target = kill
+            when = now + job.overhead_left + (target - job.attained_at_seg)
+            engine = self.engine
+            heappush(engine.heap, (when, DEPART, next(engine.seq), (job, job.version, target, code)))
+        else:
+            self._schedule_next(job, job.attained_at_seg)
 
     def _release(self, job: Job, now: float) -> None:
         """Take the job's GPUs back; its accounting is already closed at ``now``."""
         job.version += 1
         job.overhead_left = 0.0
-        job.view.running = False
+        job.running = False
         del self.running[job.job_id]
         self.used_gpus -= job.gpus
         if self._on_stop is not None:
-            self._on_stop(job.view, now)
+            self._on_stop(job, now)
 
     def _preempt(self, job: Job, now: float) -> None:
         self._close_segment(job, now)

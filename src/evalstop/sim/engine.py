@@ -13,19 +13,20 @@ from typing import Any
 
 
 class Engine:
-    __slots__ = ("_seq", "heap", "now")
+    __slots__ = ("heap", "now", "seq")
 
     def __init__(self) -> None:
         #: (time, priority, seq, event) entries. A caller may peek at ``heap[0]`` and, on a hot
-        #: path, ``heapq.heappop`` it itself (then it sets ``now``); it never pushes directly.
+        #: path, ``heapq.heappop`` it itself (then it sets ``now``) or push an entry itself with
+        #: the next ``seq`` (then it owns the check ``schedule`` makes: not before ``now``).
         self.heap: list[tuple[float, int, int, Any]] = []
-        self._seq = itertools.count()
+        self.seq = itertools.count()
         self.now = 0.0
 
     def schedule(self, time: float, priority: int, event: Any) -> None:
         if not time >= self.now or math.isinf(time):
             raise ValueError(f"cannot schedule {event!r} at t={time!r}: now is {self.now!r}")
-        heapq.heappush(self.heap, (time, priority, next(self._seq), event))
+        heapq.heappush(self.heap, (time, priority, next(self.seq), event))
 
     def pop(self) -> Any | None:
         """Advance the clock to the next event and return it (None when empty)."""

@@ -17,16 +17,17 @@ statistics, numpy's default; "type 7" in Hyndman and Fan).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
-from .outcome import JobOutcome, SimResult
+from .outcome import SimResult
 
 __all__ = ["Metrics", "compute_metrics", "format_value", "metrics_table"]
 
+Array = np.ndarray[Any, Any]
 _S_PER_HOUR = 3600.0
 _NAN = float("nan")
 
@@ -68,19 +69,23 @@ class Metrics:
 
 
 def compute_metrics(result: SimResult) -> Metrics:
-    """Compute every run-level metric of ``result``."""
-    outcomes = result.outcomes
-    counts = _confusion(outcomes)
-    tp, fp, fn, tn = counts
-    jct = np.array([o.jct_s for o in outcomes], dtype=float)
+    """Compute every run-level metric of ``result``, from its outcome columns (no per-job
+    records are built; sums of GPU time are exact, ``math.fsum``)."""
+    cols = result.columns
+    hacking, killed = cols["hacking"].astype(bool), cols["killed"].astype(bool)
+    kind = cols["kind"]
+    tp, fp, fn, tn = _confusion(hacking, killed)
+    jct = cols["end_s"].astype(float) - cols["arrival_s"].astype(float)
     p50, p95, p99 = _percentiles(jct, (50.0, 95.0, 99.0))
-    after_peak_s = math.fsum(o.gpu_s_after_peak for o in outcomes)
-    overhead_s = math.fsum(o.gpu_s_overhead for o in outcomes)
-    busy_s = math.fsum(o.gpu_s_useful for o in outcomes) + overhead_s
+    useful, overhead = cols["gpu_s_useful"].astype(float), cols["gpu_s_overhead"].astype(float)
+    after_peak_s = math.fsum(cols["gpu_s_after_peak"].astype(float).tolist())
+    overhead_s = math.fsum(overhead.tolist())
+    busy_s = math.fsum(useful.tolist()) + overhead_s
+    regret = cols["true_peak"].astype(float) - cols["true_delivered"].astype(float)
     return Metrics(
         policy=result.policy,
         seed=result.seed,
-        n_jobs=len(outcomes),
+        n_jobs=int(hacking.size),
         n_hacking=tp + fn,
         n_killed=tp + fp,
         true_positives=tp,
@@ -90,8 +95,8 @@ def compute_metrics(result: SimResult) -> Metrics:
         precision=_ratio(tp, tp + fp),
         recall=_ratio(tp, tp + fn),
         fpr=_ratio(fp, fp + tn),
-        fpr_healthy_rlhf=_fpr(o for o in outcomes if o.kind == "rlhf"),
-        fpr_by_kind={kind: _fpr(o for o in outcomes if o.kind == kind) for kind in _kinds(outcomes)},
+        fpr_healthy_rlhf=_fpr(hacking, killed, kind == "rlhf"),
+        fpr_by_kind={k: _fpr(hacking, killed, kind == k) for k in sorted(set(kind.tolist()))},
         jct_mean_s=_mean(jct),
         jct_p50_s=p50,
         jct_p95_s=p95,
@@ -100,10 +105,9 @@ def compute_metrics(result: SimResult) -> Metrics:
         after_peak_gpu_hours=after_peak_s / _S_PER_HOUR,
         overhead_gpu_hours=overhead_s / _S_PER_HOUR,
         gpu_hours_total=busy_s / _S_PER_HOUR,
-        hacking_gpu_hours=math.fsum(o.gpu_s_useful + o.gpu_s_overhead for o in outcomes if o.hacking)
-        / _S_PER_HOUR,
-        mean_regret=_mean(np.array([o.regret for o in outcomes], dtype=float)),
-        mean_regret_hacking=_mean(np.array([o.regret for o in outcomes if o.hacking], dtype=float)),
+        hacking_gpu_hours=math.fsum((useful + overhead)[hacking].tolist()) / _S_PER_HOUR,
+        mean_regret=_mean(regret),
+        mean_regret_hacking=_mean(regret[hacking]),
         utilisation=_ratio(busy_s, result.total_gpus * result.makespan_s),
     )
 
@@ -137,23 +141,17 @@ def metrics_table(rows: Sequence[Metrics], columns: Sequence[str] = _TABLE_COLUM
     return "\n".join(lines)
 
 
-def _confusion(outcomes: Iterable[JobOutcome]) -> tuple[int, int, int, int]:
-    tp = fp = fn = tn = 0
-    for o in outcomes:
-        if o.hacking:
-            tp, fn = (tp + 1, fn) if o.killed else (tp, fn + 1)
-        else:
-            fp, tn = (fp + 1, tn) if o.killed else (fp, tn + 1)
-    return tp, fp, fn, tn
+def _confusion(hacking: Array, killed: Array) -> tuple[int, int, int, int]:
+    """(true positives, false positives, false negatives, true negatives) of boolean columns."""
+    tp = int(np.count_nonzero(hacking & killed))
+    fp = int(np.count_nonzero(~hacking & killed))
+    fn = int(np.count_nonzero(hacking & ~killed))
+    return tp, fp, fn, int(hacking.size) - tp - fp - fn
 
 
-def _fpr(outcomes: Iterable[JobOutcome]) -> float:
-    _, fp, _, tn = _confusion(outcomes)
+def _fpr(hacking: Array, killed: Array, among: Array) -> float:
+    _, fp, _, tn = _confusion(hacking[among], killed[among])
     return _ratio(fp, fp + tn)
-
-
-def _kinds(outcomes: Iterable[JobOutcome]) -> list[str]:
-    return sorted({o.kind for o in outcomes})
 
 
 def _ratio(numerator: float, denominator: float) -> float:

@@ -10,9 +10,11 @@ however long the queue. Entries are removed only by ``pop`` or ``clear``.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
+Key = tuple[Any, ...]
 
 
 class WidthHeaps(Generic[T]):
@@ -35,6 +37,19 @@ class WidthHeaps(Generic[T]):
             self._widths.sort()
         heapq.heappush(heap, (*key, item))
         self._size += 1
+
+    def push_all(self, items: list[T], width: Callable[[T], int], key: Callable[[T], Key]) -> None:
+        """``push(width(item), key(item), item)`` for every item, in one call."""
+        heaps, push = self._heaps, heapq.heappush
+        for item in items:
+            w = width(item)
+            heap = heaps.get(w)
+            if heap is None:
+                heap = heaps[w] = []
+                self._widths.append(w)
+                self._widths.sort()
+            push(heap, (*key(item), item))
+        self._size += len(items)
 
     def best(self, max_width: int | None = None) -> tuple[Any, int] | None:
         """(entry, width) of the best-ranked entry no wider than ``max_width`` (None: any width).
