@@ -4,15 +4,15 @@ the invariant guard."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
 import subprocess
 import sys
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pytest
@@ -47,25 +47,28 @@ class EventStorm(RuntimeError):
 
 
 class BoundedEngine(Engine):
-    """The kernel with a cap on pops, so a livelocked simulation fails instead of hanging."""
+    """The kernel with a cap on scheduled events, so a livelocked simulation fails instead of
+    hanging. The cap is on ``seq``, which every push draws from (the cluster pushes and pops the
+    heap itself on its hot path, so a cap on ``pop`` would never be reached); a livelock is an
+    endless stream of pushes."""
 
-    def __init__(self, max_pops: int) -> None:
+    def __init__(self, max_events: int) -> None:
         super().__init__()
-        self.pops_left = max_pops
+        self.seq = self._capped(max_events)
 
-    def pop(self) -> Any | None:
-        self.pops_left -= 1
-        if self.pops_left < 0:
-            raise EventStorm(f"event cap exceeded at t={self.now} with {len(self)} events queued")
-        return super().pop()
+    def _capped(self, max_events: int) -> Iterator[int]:
+        for n in itertools.count():
+            if n >= max_events:
+                raise EventStorm(f"event cap exceeded at t={self.now} with {len(self)} events queued")
+            yield n
 
 
 def run(
-    workload: Workload, scheduler: Scheduler, config: SimConfig | None = None, max_pops: int | None = None
+    workload: Workload, scheduler: Scheduler, config: SimConfig | None = None, max_events: int | None = None
 ) -> tuple[ClusterSim, SimResult]:
     sim = ClusterSim(workload, scheduler, config)
     n_evals = sum(len(spec.evals) for spec in workload.jobs)
-    sim.engine = BoundedEngine(max_pops or 10_000 + 100 * (len(workload.jobs) + n_evals))
+    sim.engine = BoundedEngine(max_events or 10_000 + 100 * (len(workload.jobs) + n_evals))
     return sim, sim.run()
 
 
@@ -711,8 +714,18 @@ def test_oracle_kills_exactly_the_hacking_jobs_at_their_true_best(small_paper: d
 def test_oracle_on_the_event_path_terminates_and_matches_the_fast_path() -> None:
     workload = hand_workload(HACKER, WAITER)
     _, fast = run(workload, FIFO(), SimConfig(oracle=True))
-    _, events = run(workload, FIFO(), SimConfig(oracle=True, eval_path="events"), max_pops=1_000)
+    _, events = run(workload, FIFO(), SimConfig(oracle=True, eval_path="events"), max_events=1_000)
     assert events.outcomes == fast.outcomes
+
+
+def test_the_event_cap_of_these_tests_is_live() -> None:
+    """The guard that turns a livelock into a failure must be able to fire: a cap below what an
+    ordinary run schedules stops it."""
+    workload = hand_workload(HACKER, WAITER)
+    sim = ClusterSim(workload, FIFO(), SimConfig(eval_path="events"))
+    sim.engine = BoundedEngine(2)
+    with pytest.raises(EventStorm, match="event cap exceeded"):
+        sim.run()
 
 
 # -- the invariant guard ---------------------------------------------------------------------
