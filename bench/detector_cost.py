@@ -46,7 +46,10 @@ def cost_us(detector: Any, states: Sequence[Any], evals: Sequence[Any], first: i
     for j, state in enumerate(states):
         state["stop"] = None
         ev = evals[first + j]
-        times = timeit.repeat(lambda s=state, e=ev: detector.update(s, e), number=N_CALLS, repeat=N_REPEATS)
+        def call(s: Any = state, e: Any = ev) -> Any:
+            return detector.update(s, e)
+
+        times = timeit.repeat(call, number=N_CALLS, repeat=N_REPEATS)
         best = min(times)
         total += best / N_CALLS
     return 1e6 * total / len(states)

@@ -61,7 +61,7 @@ def breakdown() -> list[dict[str, Any]]:
     from evalstop.experiments.spec import load_studies
     from evalstop.experiments.sweep import run_point
 
-    out = []
+    out: list[dict[str, Any]] = []
     for study in load_studies():
         if study.uses_trace:
             try:

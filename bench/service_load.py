@@ -112,7 +112,7 @@ def start_postgres() -> tuple[str, Any]:
     bindir, root = Path(found[-1]).parent, Path(tempfile.mkdtemp(prefix="evalstop-bench-pg-"))
     user = next((u for u in ("postgres", "evalstop-pg") if _user_exists(pwd, u)), None)
     prefix = ["runuser", "-u", user, "--"] if os.geteuid() == 0 and user else []
-    if prefix:
+    if prefix and user:
         shutil.chown(root, user)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -45,8 +45,10 @@ DEFAULT_SIZES = "20000x6500,200000x16384"
 POLICIES = ("srtf", "evalstop(srtf)")
 SECTIONS = ("queue", "overload", "million")
 #: (queue size, overload sizes and GPUs, million size) for the full run and for --quick.
-FULL = {"queue": (20000, 6500), "overload": ((20000, 100000), 64), "million": (1_000_000, 16384)}
-QUICK = {"queue": (2000, 650), "overload": ((2000, 4000), 16), "million": (20000, 328)}
+FULL: dict[str, Any] = {
+    "queue": (20000, 6500), "overload": ((20000, 100000), 64), "million": (1_000_000, 16384)
+}
+QUICK: dict[str, Any] = {"queue": (2000, 650), "overload": ((2000, 4000), 16), "million": (20000, 328)}
 BURST_WINDOW_S = 1200.0
 #: Runs of each side in the queue section; the fastest of each is compared.
 QUEUE_REPEATS = 9
@@ -201,7 +203,7 @@ def queue_section(
         for backfill in (False, True):
             if policy == "fifo":
                 make: Callable[[], Scheduler] = lambda: FIFO(backfill=backfill)  # noqa: B023, E731
-                key = lambda i: (submit[i], i)  # noqa: E731
+                key: Callable[[int], tuple[Any, ...]] = lambda i: (submit[i], i)  # noqa: E731
             else:
                 make = lambda: SRTFEst(preemptive=False, backfill=backfill)  # noqa: B023, E731
                 key = lambda i: (duration[i], submit[i], i)  # noqa: E731
