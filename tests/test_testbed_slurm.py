@@ -33,6 +33,7 @@ from evalstop.testbed.summary import stop_decision
 from testbed_checks import (
     by_name,
     check_delivered_checkpoint_is_the_best,
+    check_enforced_curves_are_prefixes,
     check_freed_slots_go_to_queued_jobs,
 )
 
@@ -102,10 +103,7 @@ def test_delivered_checkpoint_is_the_best(run: tuple[Path, dict[str, Any], dict[
 
 def test_same_seeds_same_curves_and_clean_exit(run: tuple[Path, dict[str, Any], dict[str, Any]]) -> None:
     out, summary, raw = run
-    shadow = by_name(raw["shadow"])
-    for record in raw["enforced"]:
-        full = [(e["step"], e["score"], e["gold"]) for e in shadow[record["name"]]["evals"]]
-        assert [(e["step"], e["score"], e["gold"]) for e in record["evals"]] == full[: len(record["evals"])]
+    check_enforced_curves_are_prefixes(raw)
     assert summary["comparison"]["slot_hours_saved"] > 0
     assert not pids_naming(str(out))  # no job or server left behind
     assert not pids_naming(summary["engine_root"])  # nor a Slurm daemon of this run

@@ -12,6 +12,15 @@ def by_name(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {r["name"]: r for r in rows}
 
 
+def check_enforced_curves_are_prefixes(raw: dict[str, Any]) -> None:
+    """The jobs are seeded: each enforced job's evals (step, watched score, gold) are the first
+    evals of the same job in the shadow arm, which ran it to the end."""
+    shadow = by_name(raw["shadow"])
+    for record in raw["enforced"]:
+        full = [(e["step"], e["score"], e["gold"]) for e in shadow[record["name"]]["evals"]]
+        assert [(e["step"], e["score"], e["gold"]) for e in record["evals"]] == full[: len(record["evals"])]
+
+
 def check_freed_slots_go_to_queued_jobs(summary: dict[str, Any], slots: int) -> None:
     """Each enforced stop that happened while a job was queued handed its slots to the first
     queued job (FIFO), before the stopped job would have ended on its own (its own start plus

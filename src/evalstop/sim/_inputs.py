@@ -28,19 +28,13 @@ def check_jobs(table: JobTable, total: int) -> None:
             f"Job {table.job_id[i]} asks for {gpus[i]} GPUs; the cluster has {total} "
             f"(a job needs 1 to {total})."
         )
-    bad = np.flatnonzero(~((duration >= 0.0) & np.isfinite(duration)))
-    if bad.size:
-        i = int(bad[0])
-        raise InvalidParameterError(
-            f"Job {table.job_id[i]} has duration_s={duration[i].item()!r}; it must be finite and >= 0."
-        )
-    arrival = table.arrival_s
-    bad = np.flatnonzero(~((arrival >= 0.0) & np.isfinite(arrival)))
-    if bad.size:
-        i = int(bad[0])
-        raise InvalidParameterError(
-            f"Job {table.job_id[i]} has arrival_s={arrival[i].item()!r}; it must be finite and >= 0."
-        )
+    for name, column in (("duration_s", duration), ("arrival_s", table.arrival_s)):
+        bad = np.flatnonzero(~((column >= 0.0) & np.isfinite(column)))
+        if bad.size:
+            i = int(bad[0])
+            raise InvalidParameterError(
+                f"Job {table.job_id[i]} has {name}={column[i].item()!r}; it must be finite and >= 0."
+            )
     ids = table.job_id
     if not np.all(ids[1:] > ids[:-1]) and np.unique(ids).size != len(table):  # ascending: unique
         ids, counts = np.unique(table.job_id, return_counts=True)
