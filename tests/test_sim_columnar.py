@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from evalstop.detectors import Eval, KDeclines, Monitor
+from evalstop.detectors import Eval, KDeclines, Monitor, _kdeclines
 from evalstop.schedulers import FIFO, EvalStop, SRTFEst
 from evalstop.sim._kill_plan import batch_plan
 from evalstop.sim.cluster import SimConfig, simulate
@@ -35,8 +35,12 @@ RULES = [
 ]
 
 
+@pytest.mark.parametrize("chunk", [65536, 7], ids=["one-chunk", "chunks-of-7"])
 @pytest.mark.parametrize("rule", RULES, ids=repr)
-def test_batch_kdeclines_plan_is_the_monitor_fold(rule: KDeclines) -> None:
+def test_batch_kdeclines_plan_is_the_monitor_fold(
+    rule: KDeclines, chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_kdeclines, "_FOLD_CHUNK", chunk)  # 400 rows: 58 chunks, a short last one
     rng = np.random.default_rng(3)
     scores = np.round(rng.normal(0.0, 0.05, (400, 8)).cumsum(axis=1), 2)  # ties happen
     holes = rng.random(scores.shape)

@@ -11,6 +11,9 @@ import numpy as np
 from .._validation import check_choice, check_float, check_int
 from ._base import Detector, Eval, State
 
+#: Rows per chunk of ``KDeclines.fold_rows``.
+_FOLD_CHUNK = 65536
+
 
 @dataclass(frozen=True)
 class KDeclines(Detector):
@@ -77,21 +80,33 @@ class KDeclines(Detector):
         None for a subclass that changes ``step``."""
         if type(self).step is not KDeclines.step:
             return None
-        n, n_evals = scores.shape
+        scores = np.asarray(scores, dtype=float)
+        n = scores.shape[0]
+        stop = np.full(n, -1, dtype=np.int64)
+        best_index = np.full(n, -1, dtype=np.int64)
+        # A chunk of rows at a time, its columns made contiguous: the temporaries stay in cache
+        # (one pass over a million rows at once took 3x as long: memory traffic).
+        for first in range(0, n, _FOLD_CHUNK):
+            rows = slice(first, first + _FOLD_CHUNK)
+            self._fold_chunk(np.ascontiguousarray(scores[rows].T), stop[rows], best_index[rows])
+        return stop, best_index
+
+    def _fold_chunk(self, columns: Any, stop: Any, best_index: Any) -> None:
+        """``fold_rows`` of one chunk, given as its (evals x rows) transpose, into ``stop`` and
+        ``best_index`` (views, filled with -1)."""
+        n_evals, n = columns.shape
         sign_max = self.mode == "max"
         best = np.zeros(n)
         previous = np.zeros(n)
         has_best = np.zeros(n, dtype=bool)
         has_previous = np.zeros(n, dtype=bool)
-        best_index = np.full(n, -1, dtype=np.int64)
-        stop = np.full(n, -1, dtype=np.int64)
         n_valid = np.zeros(n, dtype=np.int64)
         run = np.zeros(n, dtype=np.int64)
         active = np.ones(n, dtype=bool)
         against_best = self.against == "best"
         with np.errstate(invalid="ignore", over="ignore"):
             for j in range(n_evals):
-                score = scores[:, j]
+                score = columns[j]
                 valid = active & np.isfinite(score)
                 if sign_max:
                     improved = valid & (~has_best | (score > best))
@@ -111,4 +126,3 @@ class KDeclines(Detector):
                 fired = counting & (run >= self.k)
                 stop[fired] = j
                 active &= ~fired
-        return stop, best_index
