@@ -20,6 +20,7 @@ from evalstop.workloads import (
     WorkloadConfig,
     generate,
 )
+from evalstop.workloads.table import DenseEvals
 
 PAPER = PRESETS["paper"]
 N_LARGE = 5_000
@@ -196,6 +197,20 @@ def test_training_loss_strictly_decreases_for_every_job(large: Workload) -> None
         loss = [ev.loss for ev in spec.evals]
         assert all(isinstance(v, float) for v in loss)
         assert all(b < a for a, b in pairwise(loss)), spec.job_id  # hacking jobs included
+
+
+def test_a_row_s_loss_is_the_same_floats_however_rows_are_asked_for(large: Workload) -> None:
+    """The loss is computed from each job's time constant when asked for: one row, a slice and
+    the whole table give the same floats, and they are the kind's curve at the eval's progress."""
+    evals = large.table.evals
+    assert isinstance(evals, DenseEvals)
+    whole = evals.losses(0, len(large))
+    for i in (0, 1, 777, len(large) - 1):
+        assert [ev.loss for ev in evals.row(i)] == whole[i].tolist()
+        assert [ev.loss for ev in evals.rows(i, i + 3)[0]] == whole[i].tolist()
+        tau = float(evals.loss_tau[i])
+        want = [0.2 + 0.8 * np.exp(-(p / tau) / 1.0) for p in evals.progress.tolist()]
+        assert whole[i].tolist() == pytest.approx(want, rel=1e-12)
 
 
 def test_training_loss_is_blind_to_hacking(large: Workload) -> None:

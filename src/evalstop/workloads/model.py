@@ -17,7 +17,7 @@ from .._gc import cyclic_gc_paused
 from .._validation import InvalidParameterError, check_choice, check_float, check_int
 from ..detectors import Eval
 from . import curves
-from .table import DenseEvals, JobTable
+from .table import DenseEvals, JobTable, loss_at
 
 KINDS = ("rlhf", "lora", "dpo")
 
@@ -326,14 +326,14 @@ def build_workload(
     job-by-job loop, in job order."""
     p = np.arange(1, config.evals_per_job + 1) / config.evals_per_job
     n = columns.kinds.size
-    score, loss, true_q = (np.empty((n, p.size)) for _ in range(3))
-    peak_p, peak_value = np.empty(n), np.empty(n)
+    score, true_q = np.empty((n, p.size)), np.empty((n, p.size))
+    peak_p, peak_value, loss_tau = np.empty(n), np.empty(n), np.empty(n)
     for first in range(0, n, _BATCH):
         batch = columns.rows(first, first + _BATCH)
         rows = slice(first, first + batch.kinds.size)
         drawn = _draw_curves(config, s_curve, batch.kinds, batch.hacking, p)
         score[rows] = drawn.true_q + s_noise.normal(0.0, config.eval_noise, drawn.true_q.shape)
-        loss[rows], true_q[rows] = drawn.loss, drawn.true_q
+        true_q[rows], loss_tau[rows] = drawn.true_q, drawn.loss_tau
         peak_p[rows], peak_value[rows] = drawn.peak_p, drawn.peak_value
     vocab, kind_codes = _kind_codes(columns.kinds)
     table = JobTable(
@@ -341,7 +341,7 @@ def build_workload(
         kinds=vocab, gpus=columns.gpus, arrival_s=columns.arrival_s, budget_s=columns.budget_s,
         hacking=columns.hacking, duration_s=columns.duration_s, peak_progress=peak_p,
         true_peak=peak_value, true_final=true_q[:, -1].copy(),
-        evals=DenseEvals(p, score, loss, true_q),
+        evals=DenseEvals(p, score, loss_tau, true_q),
     )
     return Workload(config, seed, table=table)
 
@@ -362,11 +362,12 @@ def _kind_codes(kinds: np.ndarray) -> tuple[tuple[str, ...], np.ndarray]:
 # -- curves ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class _Curves:
-    """Drawn curves, one row per job: true quality and training loss at each eval's progress,
-    the progress of the true peak, and the peak value."""
+    """Drawn curves, one row per job: true quality at each eval's progress, the training loss's
+    time constant (``table.loss_at`` gives the loss), the progress of the true peak, and the
+    peak value."""
 
     true_q: np.ndarray
-    loss: np.ndarray
+    loss_tau: np.ndarray
     peak_p: np.ndarray
     peak_value: np.ndarray
 
@@ -392,8 +393,7 @@ def _draw_curves(
     )
     return _Curves(
         true_q=start[:, None] + gain[:, None] * _shapes(config, u, rlhf & ~hack, lora, hack, peak, p),
-        # training_loss depends on p only through p / tau: one call covers every job.
-        loss=curves.training_loss(p / _lerp(config.loss_tau, u[:, 2])[:, None], 1.0),
+        loss_tau=_lerp(config.loss_tau, u[:, 2]),
         peak_p=np.where(hack, peak, 1.0),
         peak_value=start + gain,
     )
@@ -440,4 +440,5 @@ def _draw_curve(
     """One job's curves (true quality, peak progress, peak value, loss): ``_draw_curves`` for one
     job, drawing what a job draws. Kept for loaders that build jobs one at a time."""
     drawn = _draw_curves(config, rng, np.array([kind]), np.array([hacking]), p)
-    return drawn.true_q[0], float(drawn.peak_p[0]), float(drawn.peak_value[0]), drawn.loss[0]
+    loss = loss_at(p, drawn.loss_tau)[0]
+    return drawn.true_q[0], float(drawn.peak_p[0]), float(drawn.peak_value[0]), loss

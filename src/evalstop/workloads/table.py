@@ -16,6 +16,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ..detectors import Eval
+from . import curves
 
 if TYPE_CHECKING:
     from .model import JobSpec, JobTruth
@@ -24,25 +25,30 @@ Array = np.ndarray[Any, Any]
 
 
 class DenseEvals:
-    """Every job evaluated at the same progress points ``progress`` (steps 1..E): scores,
-    losses and true quality as (jobs x evals) float64 matrices."""
+    """Every job evaluated at the same progress points ``progress`` (steps 1..E): scores and
+    true quality as (jobs x evals) float64 matrices. The training loss is a function of
+    progress and one time constant per job (``loss_tau``), so it is computed for the rows asked
+    for, not stored (a third matrix: 80 MB at a million jobs)."""
 
-    __slots__ = ("_progress", "loss", "progress", "score", "true_q")
+    __slots__ = ("_progress", "loss_tau", "progress", "score", "true_q")
 
-    def __init__(self, progress: Array, score: Array, loss: Array, true_q: Array) -> None:
+    def __init__(self, progress: Array, score: Array, loss_tau: Array, true_q: Array) -> None:
         self.progress = np.asarray(progress, dtype=float)
-        self.score, self.loss, self.true_q = score, loss, true_q
+        self.score, self.loss_tau, self.true_q = score, np.asarray(loss_tau, dtype=float), true_q
         self._progress: tuple[float, ...] = tuple(self.progress.tolist())
 
+    def losses(self, first: int, stop: int) -> Array:
+        """The training loss of rows [first, stop) at each eval, as a (rows x evals) matrix."""
+        return loss_at(self.progress, self.loss_tau[first:stop])
+
     def row(self, i: int) -> tuple[Eval, ...]:
-        return tuple(map(Eval, range(1, len(self._progress) + 1), self.score[i].tolist(),
-                         self._progress, self.loss[i].tolist()))
+        return self.rows(i, i + 1)[0]
 
     def rows(self, first: int, stop: int) -> list[tuple[Eval, ...]]:
         """``row(i)`` for every i in [first, stop), in one pass (cheaper per job)."""
         n_evals = len(self._progress)
         steps = range(1, n_evals + 1)
-        scores, losses = self.score[first:stop].tolist(), self.loss[first:stop].tolist()
+        scores, losses = self.score[first:stop].tolist(), self.losses(first, stop).tolist()
         pairs = zip(scores, losses, strict=True)
         return [tuple(map(Eval, steps, score, self._progress, loss)) for score, loss in pairs]
 
@@ -156,3 +162,11 @@ class JobTable:
                           self.peak_progress.tolist(), true_at, self.true_peak.tolist(),
                           self.true_final.tolist()))
         return jobs, truth
+
+
+def loss_at(progress: Array, tau: Array) -> Array:
+    """Training loss at ``progress`` (one row shared by every job) of jobs with loss time
+    constants ``tau``: a (jobs x evals) matrix. It depends on progress only through
+    progress / tau, so one call covers every job (and a row gives the same floats whichever
+    rows are asked for with it)."""
+    return curves.training_loss(progress / tau[:, None], 1.0)
