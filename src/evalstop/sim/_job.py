@@ -134,14 +134,13 @@ class OutcomeColumns:
         self.flush()
         t = self.table
         n = len(t)
-        ended = np.concatenate(self.rows or [np.zeros(0)]).reshape(-1, 6)
-        idx = ended[:, 0].astype(np.int64)
-        columns: dict[str, np.ndarray[Any, Any]] = {}
         names = ("start_s", "end_s", "attained", "gpu_s_overhead", "n_preemptions")
-        for i, name in enumerate(names, start=1):
-            column = np.zeros(n)
-            column[idx] = ended[:, i]
-            columns[name] = column
+        columns: dict[str, np.ndarray[Any, Any]] = {name: np.zeros(n) for name in names}
+        for chunk in self.rows:  # scattered a chunk at a time: no second copy of every row
+            ended = chunk.reshape(-1, 6)
+            idx = ended[:, 0].astype(np.int64)
+            for i, name in enumerate(names, start=1):
+                columns[name][idx] = ended[:, i]
         attained = columns.pop("attained")
         killed = np.zeros(n, dtype=bool)
         killed[np.frombuffer(self.killed, dtype=np.int64)] = True

@@ -304,7 +304,8 @@ class JobColumns:
     def __post_init__(self) -> None:
         dtypes = {"kinds": str, "hacking": bool, "tenants": np.int64, "gpus": np.int64}
         for f in fields(self):
-            column: np.ndarray = np.asarray(getattr(self, f.name)).astype(dtypes.get(f.name, float))
+            dtype = dtypes.get(f.name, float)
+            column: np.ndarray = np.asarray(getattr(self, f.name)).astype(dtype, copy=False)
             object.__setattr__(self, f.name, column)
 
     def rows(self, first: int, stop: int) -> JobColumns:
