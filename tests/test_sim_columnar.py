@@ -104,14 +104,28 @@ def test_table_records_round_trip_and_replace() -> None:
         workload.table.replace(arrival=1.0)
 
 
-def test_outcome_rows_flushed_in_chunks_give_the_same_outcomes(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("path", ["fast", "events"])
+def test_outcome_rows_and_log_flushed_in_chunks_give_the_same_run(
+    monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """The outcome rows and the event log's lists are moved into numpy every FLUSH entries:
+    flushing every 7 gives the same outcomes, log and hash as one flush at the end."""
+    import evalstop.sim._inputs as inputs
     import evalstop.sim.cluster as cluster
 
     workload = generate(PRESETS["paper"].with_(n_jobs=120, total_gpus=8, offered_load=1.1), seed=6)
-    whole = simulate(workload, EvalStop(SRTFEst(), KDeclines()))
-    monkeypatch.setattr(cluster, "FLUSH", 7)
-    chunked = simulate(workload, EvalStop(SRTFEst(), KDeclines()))
+    config = SimConfig(eval_path=path)
+    runs = []
+    for flush in (None, 7):
+        if flush is not None:
+            monkeypatch.setattr(cluster, "FLUSH", flush)
+            monkeypatch.setattr(inputs, "FLUSH", flush)
+        sim = cluster.ClusterSim(workload, EvalStop(SRTFEst(), KDeclines()), config)
+        runs.append((sim.run(), sim.log))
+    (whole, whole_log), (chunked, chunked_log) = runs
     assert chunked.outcomes == whole.outcomes and chunked.event_log_hash == whole.event_log_hash
+    assert chunked_log == whole_log
+    assert any(kind == "preempt" for _, kind, _ in whole_log)  # ``add`` flushes by itself too
 
 
 def test_duplicate_job_ids_are_rejected_before_the_run() -> None:

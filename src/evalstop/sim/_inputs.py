@@ -4,10 +4,9 @@ arrival order, and the event log."""
 from __future__ import annotations
 
 import hashlib
-import sys
-from array import array
 from collections.abc import Callable, Iterator
 from itertools import chain
+from math import inf
 from typing import Any
 
 import numpy as np
@@ -15,7 +14,7 @@ import numpy as np
 from .._validation import InvalidParameterError
 from ..schedulers import EvalStop, Scheduler
 from ..workloads.table import JobTable
-from ._job import Job
+from ._job import FLUSH, Job
 
 
 def check_jobs(table: JobTable, total: int) -> None:
@@ -47,8 +46,9 @@ _CHUNK = 65536
 
 def arrival_jobs(table: JobTable) -> Iterator[Job]:
     """A :class:`Job` for every row, by arrival time (ties keep the workload's order), each
-    built as it is asked for (from Python values converted a chunk at a time). The iterator is
-    a C-level chain of maps: no Python frame resumes between two jobs."""
+    built as it is asked for (from Python values converted a chunk at a time), then a sentinel
+    that arrives at infinity (so a caller needs no end-of-jobs check). The iterator is a C-level
+    chain of maps: no Python frame resumes between two jobs."""
     order = np.argsort(table.arrival_s, kind="stable")
     kinds = table.kinds
 
@@ -61,7 +61,7 @@ def arrival_jobs(table: JobTable) -> Iterator[Job]:
                 table.arrival_s[rows].tolist(), table.budget_s[rows].tolist(),
             )
 
-    return chain.from_iterable(chunks())
+    return chain(chain.from_iterable(chunks()), (Job(-1, -1, -1, "", 0, inf, 0.0),))
 
 
 _FORWARDED = ("on_job_add", "on_job_end", "on_start", "on_stop", "next_change_s", "wake_at_s", "rank_key")
@@ -86,42 +86,65 @@ EVENT_NAMES = ("arrive", "start", "preempt", "kill", "complete")
 
 
 class EventLog:
-    """The run's event log in three columns (17 bytes an event, not a tuple of objects).
+    """The run's event log in three columns (17 bytes an event once flushed, not a tuple of
+    objects).
+
+    The hot loop appends to plain lists and a bytearray (``appenders``): a list append costs a
+    fraction of an ``array`` append, which parses its argument. ``flush`` moves the listed times
+    and ids into numpy chunks; the loop calls it when ``len(times)`` reaches ``FLUSH`` (``add``
+    checks by itself), so the lists stay short.
 
     ``digest`` is the SHA-256 of: the number of events (8 bytes), every time as a little-endian
     float64, every event code (one byte, index in ``EVENT_NAMES``), every job id as a
     little-endian int64. Equal logs give equal digests on any platform."""
 
-    __slots__ = ("ids", "kinds", "times")
+    __slots__ = ("_chunks", "ids", "kinds", "times")
 
     def __init__(self) -> None:
-        self.times = array("d")
+        self.times: list[float] = []
         self.kinds = bytearray()
-        self.ids = array("q")
+        self.ids: list[int] = []
+        self._chunks: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = []  # (times, ids)
 
     def add(self, time: float, kind: int, job_id: int) -> None:
         self.times.append(time)
         self.kinds.append(kind)
         self.ids.append(job_id)
+        if len(self.times) >= FLUSH:
+            self.flush()
 
     def appenders(self) -> tuple[Callable[[float], None], Callable[[int], None], Callable[[int], None]]:
-        """The three columns' ``append`` methods: ``add`` for a caller's hot loop."""
+        """The three columns' ``append`` methods: ``add`` for a caller's hot loop (which then
+        calls ``flush`` when ``len(self.times)`` reaches ``FLUSH``)."""
         return self.times.append, self.kinds.append, self.ids.append
+
+    def flush(self) -> None:
+        if self.times:
+            times = np.array(self.times, dtype="<f8")
+            self._chunks.append((times, np.array(self.ids, dtype="<i8")))
+            self.times.clear()
+            self.ids.clear()
 
     def __len__(self) -> int:
         return len(self.kinds)
 
+    def _columns(self) -> tuple[list[np.ndarray[Any, Any]], list[np.ndarray[Any, Any]]]:
+        self.flush()
+        return [c[0] for c in self._chunks], [c[1] for c in self._chunks]
+
     def entries(self) -> list[tuple[float, str, int]]:
+        times, ids = self._columns()
         names = [EVENT_NAMES[k] for k in self.kinds]
-        return list(zip(self.times.tolist(), names, self.ids.tolist(), strict=True))
+        all_times = [t for chunk in times for t in chunk.tolist()]
+        all_ids = [i for chunk in ids for i in chunk.tolist()]
+        return list(zip(all_times, names, all_ids, strict=True))
 
     def digest(self) -> str:
-        times, ids = self.times, self.ids
-        if sys.byteorder != "little":
-            times, ids = array("d", times), array("q", ids)
-            times.byteswap()
-            ids.byteswap()
+        times, ids = self._columns()
         sha = hashlib.sha256(len(self).to_bytes(8, "little"))
-        for column in (times, self.kinds, ids):
-            sha.update(memoryview(column).cast("B"))
+        for chunk in times:
+            sha.update(chunk.tobytes())
+        sha.update(self.kinds)
+        for chunk in ids:
+            sha.update(chunk.tobytes())
         return sha.hexdigest()

@@ -4,7 +4,6 @@ written to when it leaves."""
 from __future__ import annotations
 
 import itertools
-from array import array
 from collections.abc import Sequence
 from typing import Any
 
@@ -95,11 +94,11 @@ class OutcomeColumns:
         self.table = table
         self.rows: list[np.ndarray[Any, Any]] = []  # flushed rows, as flat float64 chunks
         self.pending: list[tuple[Any, ...]] = []
-        #: ``record(row)``: one list append a job; the caller calls ``flush`` every FLUSH rows,
-        #: which moves them to ``rows`` in one C-level pass (no tuple or float kept).
+        #: ``record(row)``: one list append a job; the caller calls ``flush`` every FLUSH rows or
+        #: so, which moves them to ``rows`` in one C-level pass (no tuple or float kept).
         self.record = self.pending.append
-        self.killed = array("q")  # rows of the killed jobs
-        self.best = array("q")  # the eval each delivers
+        self.killed: list[int] = []  # rows of the killed jobs
+        self.best: list[int] = []  # the eval each delivers
         self.kill = self._kill
 
     def _kill(self, idx: int, best: int) -> None:
@@ -120,8 +119,8 @@ class OutcomeColumns:
         """True quality of every job's delivered checkpoint: its final one unless killed."""
         t = self.table
         delivered = t.true_final.copy()
-        rows = np.frombuffer(self.killed, dtype=np.int64)
-        best = np.frombuffer(self.best, dtype=np.int64)
+        rows = np.array(self.killed, dtype=np.int64)
+        best = np.array(self.best, dtype=np.int64)
         at_eval = best >= 0
         if isinstance(t.evals, DenseEvals):
             delivered[rows[at_eval]] = t.evals.true_q[rows[at_eval], best[at_eval]]
@@ -143,7 +142,7 @@ class OutcomeColumns:
                 columns[name][idx] = ended[:, i]
         attained = columns.pop("attained")
         killed = np.zeros(n, dtype=bool)
-        killed[np.frombuffer(self.killed, dtype=np.int64)] = True
+        killed[np.array(self.killed, dtype=np.int64)] = True
         positive = t.duration_s > 0
         progress = np.divide(attained, t.duration_s, out=np.ones_like(attained), where=positive)
         past_peak = progress - t.peak_progress
@@ -159,4 +158,5 @@ class OutcomeColumns:
         return OutcomeTable(columns)
 
 
+#: Entries a list buffer (event log, outcome rows) holds before it is moved into numpy.
 FLUSH = 65536

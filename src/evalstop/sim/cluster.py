@@ -111,11 +111,12 @@ class ClusterSim(AllocationPasses, KillPlanning):
         log_time, log_kind, log_id = self._log_time, self._log_kind, self._log_id
         waiting, running, unranked, static = self.waiting, self.running, self._unranked, self._static
         on_job_add, watch = self._on_job_add, self._needs_watch
+        arrive_hooks = on_job_add is not None or watch
         milestone, start, total = self._milestone, self._start, self.total_gpus
         fill_only, backfill = self._fill_only, self.scheduler.backfill
         duration_s, kill_s, kill_best = self._duration_s, self._kill_s, self._kill_best
         outcomes = self._outcomes
-        record, pending = outcomes.record, outcomes.pending
+        record, logged, flush = outcomes.record, self.events.times, self._flush
         killed_rows, delivered = outcomes.killed.append, outcomes.best.append  # ``outcomes.kill``
         # Plain: no hook at all and a job's only milestone is its kill or completion. Then a
         # job's start and end are inlined below (the same steps as ``_start`` and
@@ -123,8 +124,8 @@ class ClusterSim(AllocationPasses, KillPlanning):
         plain = self._plain_next and not (self._on_start or self._on_stop or self._on_job_end)
         alone_starts = plain and static  # (a dynamic-rank policy may set a wake-up timer now)
         unwait = True
-        arriving = next(arrivals, None)
-        next_arrival = inf if arriving is None else arriving.arrival_s
+        arriving = next(arrivals)  # (the last is a sentinel arriving at inf)
+        next_arrival = arriving.arrival_s
         busy = last = 0.0
         # GPUs in use and asked for by waiting jobs: locals here, the attributes' values
         # whenever a method that reads or changes them is called (synced around each call).
@@ -134,25 +135,24 @@ class ClusterSim(AllocationPasses, KillPlanning):
             now = next_arrival if next_arrival < at else at
             if now == inf:
                 break
-            engine.now = now
             busy += used * (now - last)
             last = now
-            due_by = now + TIME_TOL_S * (now if now > 1.0 else (-now if now < -1.0 else 1.0))
+            due_by = now + TIME_TOL_S * (now if now > 1.0 else 1.0)  # (time is never negative)
             changed = False
             starting: Iterable[Job] | None = None
             while True:  # every event of this instant
                 if next_arrival < at:
-                    assert arriving is not None
                     job = arriving
                     log_time(now)
                     log_kind(ARRIVED)
                     log_id(job.job_id)
-                    if on_job_add is not None:
-                        on_job_add(job, now)
-                    if watch:
-                        self._watch(job)
-                    arriving = next(arrivals, None)
-                    next_arrival = inf if arriving is None else arriving.arrival_s
+                    if arrive_hooks:
+                        if on_job_add is not None:
+                            on_job_add(job, now)
+                        if watch:
+                            self._watch(job)
+                    arriving = next(arrivals)
+                    next_arrival = arriving.arrival_s
                     if (alone_starts and not waiting and used + job.gpus <= total
                             and (next_arrival if next_arrival < at else at) > due_by):
                         # Alone in its instant, nothing waits and it fits: the allocation that
@@ -166,6 +166,7 @@ class ClusterSim(AllocationPasses, KillPlanning):
                         # jobs of an uncongested cluster start at once): its key cannot change.
                         unranked.append(job)
                     else:
+                        engine.now = now
                         self._wake_timer(job, now)
                     changed = True
                 else:
@@ -177,7 +178,7 @@ class ClusterSim(AllocationPasses, KillPlanning):
                     if not code:
                         pass
                     elif not plain:
-                        self.used_gpus, self.waiting_gpus = used, queued
+                        self.used_gpus, self.waiting_gpus, engine.now = used, queued, now
                         milestone(job, now, target, code)
                         used, queued = self.used_gpus, self.waiting_gpus
                     else:
@@ -198,8 +199,8 @@ class ClusterSim(AllocationPasses, KillPlanning):
                         log_kind(KILLED if killed else COMPLETED)
                         log_id(job.job_id)
                         record((idx, job.first_start_s, now, target, overhead, n_preempt))
-                        if len(pending) >= FLUSH:
-                            outcomes.flush()
+                        if len(logged) >= FLUSH:
+                            flush()
                         if killed:
                             killed_rows(idx)
                             delivered(kill_best[idx])
@@ -226,13 +227,13 @@ class ClusterSim(AllocationPasses, KillPlanning):
                     unranked.clear()
                 starting, unwait = self._queue.take(total - used, backfill), True
             else:
-                self.used_gpus, self.waiting_gpus = used, queued
+                self.used_gpus, self.waiting_gpus, engine.now = used, queued, now
                 self._reschedule(now)
                 used, queued = self.used_gpus, self.waiting_gpus
                 continue
             for job in starting:
                 if not plain or job.n_preempt:
-                    self.used_gpus, self.waiting_gpus = used, queued
+                    self.used_gpus, self.waiting_gpus, engine.now = used, queued, now
                     start(job, now)
                     used, queued = self.used_gpus, self.waiting_gpus
                     continue
@@ -254,7 +255,7 @@ class ClusterSim(AllocationPasses, KillPlanning):
                     target = kill
                 # (no restore, no service yet: seg_start + 0.0 + (target - 0.0))
                 heappush(heap, (now + target, DEPART, next(seq), (job, job.version, target, code)))
-        self.used_gpus, self.waiting_gpus, self.busy_gpu_s = used, queued, busy
+        self.used_gpus, self.waiting_gpus, self.busy_gpu_s, engine.now = used, queued, busy, last
 
     # -- milestones ----------------------------------------------------------------------
     def _milestone(self, job: Job, now: float, target: float, code: int) -> None:
@@ -289,12 +290,17 @@ class ClusterSim(AllocationPasses, KillPlanning):
         self._log_time(now)
         self._log_kind(COMPLETED if kill_best is None else KILLED)
         self._log_id(job.job_id)
-        outcomes = self._outcomes
         self._record((idx, job.first_start_s, now, target, job.gpu_s_overhead, job.n_preempt))
-        if len(outcomes.pending) >= FLUSH:
-            outcomes.flush()
+        if len(self.events.times) >= FLUSH:
+            self._flush()
         if kill_best is not None:
-            outcomes.kill(idx, kill_best)
+            self._outcomes.kill(idx, kill_best)
+
+    def _flush(self) -> None:
+        """Move the outcome rows and the event log's lists into numpy (every job that ends
+        logged an event, so one check on the log covers both)."""
+        self._outcomes.flush()
+        self.events.flush()
 
     def _schedule_next(self, job: Job, attained: float) -> None:
         """Schedule the job's next milestone; ``attained`` is its service now."""
