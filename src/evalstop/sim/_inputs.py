@@ -120,8 +120,9 @@ class EventLog:
 
     def flush(self) -> None:
         if self.times:
-            times = np.array(self.times, dtype="<f8")
-            self._chunks.append((times, np.array(self.ids, dtype="<i8")))
+            n = len(self.times)
+            times = np.fromiter(self.times, dtype="<f8", count=n)
+            self._chunks.append((times, np.fromiter(self.ids, dtype="<i8", count=n)))
             self.times.clear()
             self.ids.clear()
 
