@@ -86,8 +86,9 @@ def _make_scheduler(policy: str) -> Any:
     return EvalStop(SRTFEst(), KDeclines(against="best"))
 
 
-def run_one(n_jobs: int, total_gpus: int, policy: str, seed: int) -> dict[str, Any]:
-    """Generate and simulate one size under one policy, in this process."""
+def run_one(n_jobs: int, total_gpus: int, policy: str, seed: int, lean: bool = False) -> dict[str, Any]:
+    """Generate and simulate one size under one policy, in this process. With ``lean``, also
+    time the lean reference loop on the same trace (after the memory figures are taken)."""
     from evalstop.sim.cluster import simulate
     from evalstop.workloads import PRESETS, generate
 
@@ -100,7 +101,8 @@ def run_one(n_jobs: int, total_gpus: int, policy: str, seed: int) -> dict[str, A
     wall2, cpu2 = time.perf_counter(), time.process_time()
     peak_rss = _peak_rss_mib()
     gc.collect()  # what a full collection of everything built so far costs, for the record
-    return {
+    reference = _lean_reference(workload, result) if lean else {}
+    return {**reference,
         "n_jobs": n_jobs, "total_gpus": total_gpus, "policy": policy, "seed": seed,
         "generate_s": wall1 - wall0, "simulate_s": wall2 - wall1, "jobs_per_s": n_jobs / (wall2 - wall1),
         "generate_cpu_s": cpu1 - cpu0, "simulate_cpu_s": cpu2 - cpu1,
@@ -109,6 +111,24 @@ def run_one(n_jobs: int, total_gpus: int, policy: str, seed: int) -> dict[str, A
         "n_killed": int(result.columns["killed"].sum()),
         "n_preemptions": int(result.columns["n_preemptions"].sum()),
         "event_log_hash": result.event_log_hash,
+    }
+
+
+def _lean_reference(workload: Any, result: Any) -> dict[str, Any]:
+    """CPU time of the lean loop (FIFO, no preemption) on the same arrivals and widths, each job
+    running as long as it ran in evalstop's run: what a minimal event loop costs on this trace
+    and this machine, so the million figure can be read against the machine's speed."""
+    from lean_sim import lean_starts
+
+    table, cols = workload.table, result.columns
+    submit = table.arrival_s.tolist()
+    run_s = (cols["end_s"] - cols["start_s"]).tolist()
+    cpu0 = time.process_time()
+    lean_starts(submit, table.gpus.tolist(), run_s, workload.config.total_gpus,
+                lambda j: (submit[j], j), backfill=False)
+    return {
+        "lean_cpu_s": time.process_time() - cpu0,
+        "n_queued": int((cols["start_s"] > cols["arrival_s"]).sum()),
     }
 
 
@@ -316,6 +336,11 @@ def format_sections(out: dict[str, Any]) -> str:
             f"  CPU: generate {r['generate_cpu_s']:.2f} s  simulate {r['simulate_cpu_s']:.2f} s  "
             f"total {cpu:.2f} s (wall on a shared machine is longer; CPU is the one-core figure)"
         )
+        lines.append(
+            f"  machine speed: the lean loop on the same trace takes {r['lean_cpu_s']:.2f} s CPU; "
+            f"simulate / lean = {r['simulate_cpu_s'] / r['lean_cpu_s']:.2f}; "
+            f"{r['n_queued']} of {r['n_jobs']} jobs queued"
+        )
     return "\n".join(lines)
 
 
@@ -363,7 +388,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.section == "overload":
             record = overload_run(n_jobs, total_gpus, args.load, args.policy, args.seed)
         elif args.section == "million":
-            record = run_one(n_jobs, total_gpus, "evalstop(srtf)", args.seed)
+            record = run_one(n_jobs, total_gpus, "evalstop(srtf)", args.seed, lean=True)
         else:
             record = run_one(n_jobs, total_gpus, args.policy, args.seed)
         print(json.dumps(record))
