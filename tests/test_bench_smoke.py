@@ -5,9 +5,13 @@ A smoke test, not a timing test: the benchmark itself is run by hand (see bench/
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from evalstop.schedulers import SRTFEst
 from evalstop.sim.cluster import simulate
@@ -81,3 +85,27 @@ def test_detector_cost_reports_every_requested_rule_at_every_history() -> None:
     for r in rows:
         assert set(r["us_per_eval"]) == {"10", "300"} and all(v > 0 for v in r["us_per_eval"].values())
         assert r["ratio"] > 0 and r["state_json_bytes"] > 0
+
+
+def test_the_million_section_times_the_lean_loop_on_its_trace() -> None:
+    done = bench("--quick", "--json", "--sections", "million")
+    assert done.returncode == 0, done.stderr
+    r = json.loads(done.stdout)["million"]
+    assert r["n_jobs"] == 20000 and r["lean_cpu_s"] > 0 and 0 <= r["n_queued"] <= r["n_jobs"]
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind (callgrind)")
+def test_the_instruction_count_is_of_the_run_it_names() -> None:
+    from evalstop.detectors import KDeclines
+    from evalstop.schedulers import EvalStop
+
+    script = SCRIPT.parent / "sim_instructions.py"
+    done = subprocess.run([sys.executable, str(script), "--jobs", "500", "--seed", "2"],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    count = re.search(r"([\d,]+) instructions, ([\d,]+) a job; event-log hash (\w+)", done.stdout)
+    assert count is not None, done.stdout
+    workload = generate(PRESETS["paper"].with_(n_jobs=500, total_gpus=8), 2)
+    want = simulate(workload, EvalStop(SRTFEst(), KDeclines(against="best"))).event_log_hash
+    assert want.startswith(count.group(3))
+    assert int(count.group(1).replace(",", "")) > 500 * 1000  # at least a thousand a job
