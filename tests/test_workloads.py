@@ -199,13 +199,16 @@ def test_training_loss_strictly_decreases_for_every_job(large: Workload) -> None
         assert all(b < a for a, b in pairwise(loss)), spec.job_id  # hacking jobs included
 
 
-def test_a_row_s_loss_is_the_same_floats_however_rows_are_asked_for(large: Workload) -> None:
+def test_a_row_s_loss_is_the_same_floats_however_rows_are_asked_for() -> None:
     """The loss is computed from each job's time constant when asked for: one row, a slice and
     the whole table give the same floats, and they are the kind's curve at the eval's progress."""
-    evals = large.table.evals
+    evals = generate(PAPER.with_(n_jobs=N_LARGE), 11).table.evals  # fresh: nothing cached yet
     assert isinstance(evals, DenseEvals)
-    whole = evals.losses(0, len(large))
-    for i in (0, 1, 777, len(large) - 1):
+    whole = evals.losses(0, N_LARGE)
+    before = [[ev.loss for ev in row] for row in evals.rows(770, 790)]
+    evals.row(0)  # from here on the whole loss matrix is kept
+    assert [[ev.loss for ev in row] for row in evals.rows(770, 790)] == before == whole[770:790].tolist()
+    for i in (0, 1, 777, N_LARGE - 1):
         assert [ev.loss for ev in evals.row(i)] == whole[i].tolist()
         assert [ev.loss for ev in evals.rows(i, i + 3)[0]] == whole[i].tolist()
         tau = float(evals.loss_tau[i])

@@ -27,22 +27,30 @@ Array = np.ndarray[Any, Any]
 class DenseEvals:
     """Every job evaluated at the same progress points ``progress`` (steps 1..E): scores and
     true quality as (jobs x evals) float64 matrices. The training loss is a function of
-    progress and one time constant per job (``loss_tau``), so it is computed for the rows asked
-    for, not stored (a third matrix: 80 MB at a million jobs)."""
+    progress and one time constant per job (``loss_tau``): it is computed for the rows asked
+    for, and kept as a third matrix (80 MB at a million jobs) only once someone reads the
+    evals job by job (``row``: the event path, rules folded one job at a time), which the
+    batch plan of the simulator's fast path never does."""
 
-    __slots__ = ("_progress", "loss_tau", "progress", "score", "true_q")
+    __slots__ = ("_loss", "_progress", "loss_tau", "progress", "score", "true_q")
 
     def __init__(self, progress: Array, score: Array, loss_tau: Array, true_q: Array) -> None:
         self.progress = np.asarray(progress, dtype=float)
         self.score, self.loss_tau, self.true_q = score, np.asarray(loss_tau, dtype=float), true_q
         self._progress: tuple[float, ...] = tuple(self.progress.tolist())
+        self._loss: Array | None = None
 
     def losses(self, first: int, stop: int) -> Array:
         """The training loss of rows [first, stop) at each eval, as a (rows x evals) matrix."""
+        if self._loss is not None:
+            return self._loss[first:stop]
         return loss_at(self.progress, self.loss_tau[first:stop])
 
     def row(self, i: int) -> tuple[Eval, ...]:
-        return self.rows(i, i + 1)[0]
+        if self._loss is None:  # (a numpy call per row would double the cost of a row)
+            self._loss = loss_at(self.progress, self.loss_tau)
+        return tuple(map(Eval, range(1, len(self._progress) + 1), self.score[i].tolist(),
+                         self._progress, self._loss[i].tolist()))
 
     def rows(self, first: int, stop: int) -> list[tuple[Eval, ...]]:
         """``row(i)`` for every i in [first, stop), in one pass (cheaper per job)."""
