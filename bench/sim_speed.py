@@ -116,8 +116,8 @@ def run_one(n_jobs: int, total_gpus: int, policy: str, seed: int, lean: bool = F
 
 def _lean_reference(workload: Any, result: Any) -> dict[str, Any]:
     """CPU time of the lean loop (FIFO, no preemption) on the same arrivals and widths, each job
-    running as long as it ran in evalstop's run: what a minimal event loop costs on this trace
-    and this machine, so the million figure can be read against the machine's speed."""
+    running from its start to its end in evalstop's run: what a minimal event loop costs on this
+    trace and this machine, so the million figure can be read against the machine's speed."""
     from lean_sim import lean_starts
 
     table, cols = workload.table, result.columns

@@ -27,19 +27,9 @@ class WidthHeaps(Generic[T]):
         self._widths: list[int] = []  # ascending widths with a heap (possibly empty)
         self._size = 0
 
-    def push(self, width: int, key: tuple[Any, ...], item: T) -> None:
-        """Add ``item`` of ``width`` GPUs with rank ``key`` (a tuple, unique: items are never
-        compared)."""
-        heap = self._heaps.get(width)
-        if heap is None:
-            heap = self._heaps[width] = []
-            self._widths.append(width)
-            self._widths.sort()
-        heapq.heappush(heap, (*key, item))
-        self._size += 1
-
     def push_all(self, items: list[T], width: Callable[[T], int], key: Callable[[T], Key]) -> None:
-        """``push(width(item), key(item), item)`` for every item, in one call."""
+        """Add every item, ``width(item)`` GPUs wide with rank ``key(item)`` (a tuple, unique:
+        items are never compared)."""
         heaps, push = self._heaps, heapq.heappush
         for item in items:
             w = width(item)

@@ -183,11 +183,12 @@ def given_curves(
 ) -> dict[int, GivenCurve]:
     out = {}
     for job_id, evals in curves.items():
-        hacking, observed = observed_truth(evals)
-        if truth is not None:
+        if truth is None:
+            hacking, true_at = observed_truth(evals)
+        else:  # the observed curve only where the truth file gives no true_gold
             hacking, gold = truth[job_id]
-            observed = observed if gold is None else gold
-        out[job_id] = GivenCurve(tuple(evals), hacking, observed)
+            true_at = observed_truth(evals)[1] if gold is None else gold
+        out[job_id] = GivenCurve(tuple(evals), hacking, true_at)
     return out
 
 
