@@ -32,8 +32,8 @@ _LOW = np.uint64(2**DROPPED - 1)
 _HALF = np.uint64(2 ** (DROPPED - 1))
 _KEEP = ~_LOW
 #: A bound on |numpy's result - exact value|, in units in the last place of the result: 256
-#: ULP, against numpy's documented <= 4 ULP for its vectorised float64 functions (glibc's are
-#: within 1). A result this close to a midpoint (one in 2^20) takes the exact path.
+#: ULP, where numpy's vectorised float64 functions are within a few. A result this close to a
+#: midpoint (one in 2^20) takes the exact path.
 SLACK_ULP = 2**8
 _NEAR_FROM = np.uint64(2 ** (DROPPED - 1) - SLACK_ULP)
 _NEAR_WIDTH = np.uint64(2 * SLACK_ULP)
