@@ -37,7 +37,7 @@ from .las import DEFAULT_THRESHOLDS_GPU_S, HOUR_S, QueueLadder
 DEFAULT_MEDIAN_GPU_S = 2 * HOUR_S
 DEFAULT_LOG_SIGMA = 1.5
 DEFAULT_N_SAMPLES = 10_000
-#: ln(DEFAULT_MEDIAN_GPU_S), correctly rounded (the same on every machine).
+#: ln(DEFAULT_MEDIAN_GPU_S) from decimal arithmetic: the same on every machine, unlike a libm log.
 LOG_MEDIAN = float(Decimal(DEFAULT_MEDIAN_GPU_S).ln())
 
 
