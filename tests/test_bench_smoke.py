@@ -109,3 +109,15 @@ def test_the_instruction_count_is_of_the_run_it_names() -> None:
     want = simulate(workload, EvalStop(SRTFEst(), KDeclines(against="best"))).event_log_hash
     assert want.startswith(count.group(3))
     assert int(count.group(1).replace(",", "")) > 500 * 1000  # at least a thousand a job
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind (callgrind)")
+def test_the_generator_instruction_count_names_both_parts() -> None:
+    script = SCRIPT.parent / "sim_instructions.py"
+    done = subprocess.run([sys.executable, str(script), "--generate", "--jobs", "500"],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    line = r"^(generate|loss), 500 jobs \(paper preset\): ([\d,]+) instructions"
+    counts = re.findall(line, done.stdout, re.M)
+    assert [part for part, _ in counts] == ["generate", "loss"], done.stdout
+    assert all(int(n.replace(",", "")) > 500 * 10 for _, n in counts)  # counted, not zero

@@ -213,7 +213,7 @@ def test_a_row_s_loss_is_the_same_floats_however_rows_are_asked_for() -> None:
         assert [ev.loss for ev in evals.rows(i, i + 3)[0]] == whole[i].tolist()
         tau = float(evals.loss_tau[i])
         want = [0.2 + 0.8 * np.exp(-(p / tau) / 1.0) for p in evals.progress.tolist()]
-        assert whole[i].tolist() == pytest.approx(want, rel=1e-12)
+        assert whole[i].tolist() == pytest.approx(want, rel=2**-24)  # exp rounded to 24 bits
 
 
 def test_training_loss_is_blind_to_hacking(large: Workload) -> None:

@@ -22,11 +22,13 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections.abc import Sequence
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from .. import _snap
 from .._validation import InvalidParameterError, check_float, check_int
 from ._base import JobView
 from .las import DEFAULT_THRESHOLDS_GPU_S, HOUR_S, QueueLadder
@@ -35,6 +37,8 @@ from .las import DEFAULT_THRESHOLDS_GPU_S, HOUR_S, QueueLadder
 DEFAULT_MEDIAN_GPU_S = 2 * HOUR_S
 DEFAULT_LOG_SIGMA = 1.5
 DEFAULT_N_SAMPLES = 10_000
+#: ln(DEFAULT_MEDIAN_GPU_S) from decimal arithmetic: the same on every machine, unlike a libm log.
+LOG_MEDIAN = float(Decimal(DEFAULT_MEDIAN_GPU_S).ln())
 
 
 def gittins_index(
@@ -111,7 +115,7 @@ class Gittins(QueueLadder):
         self.seed = seed
         if sizes_gpu_s is None:
             rng = np.random.default_rng(seed)
-            sample = rng.lognormal(np.log(DEFAULT_MEDIAN_GPU_S), DEFAULT_LOG_SIGMA, DEFAULT_N_SAMPLES)
+            sample = _snap.exp(rng.normal(LOG_MEDIAN, DEFAULT_LOG_SIGMA, DEFAULT_N_SAMPLES))
             self.sizes_gpu_s = np.sort(sample)
         else:
             self.sizes_gpu_s = _check_sizes("Gittins", sizes_gpu_s)

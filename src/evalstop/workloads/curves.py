@@ -1,12 +1,15 @@
 """True-quality, training-loss and proxy-reward curves as functions of progress p in [0, 1].
 
-All functions are vectorised over ``p``. Quality is on a 0..1 scale.
+All functions are vectorised over ``p``. Quality is on a 0..1 scale. ``exp``, ``expm1``,
+``log`` and ``power`` come from ``evalstop._snap``: the same results on every CPU.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+
+from .. import _snap
 
 FloatArray = NDArray[np.float64]
 
@@ -18,9 +21,9 @@ def gao_rl(p: ArrayLike, peak: float, gamma: float = 1.0) -> FloatArray:
     alpha and beta: those only set the scale (d*, R*), which the caller's amplitude absorbs.
     ``gamma = 1`` is Gao's observation that sqrt(KL) grows about linearly in steps.
     """
-    c = (np.asarray(p, dtype=float) / peak) ** gamma
+    c = _snap.power(np.asarray(p, dtype=float) / peak, gamma)
     with np.errstate(divide="ignore", invalid="ignore"):
-        g = np.where(c > 0, c * (1.0 - np.log(np.where(c > 0, c, 1.0))), 0.0)
+        g = np.where(c > 0, c * (1.0 - _snap.log(np.where(c > 0, c, 1.0))), 0.0)
     return np.asarray(g, dtype=float)
 
 
@@ -29,7 +32,7 @@ def saturating(p: ArrayLike, rate: float) -> FloatArray:
     p = np.asarray(p, dtype=float)
     if rate < 1e-9:
         return p
-    return np.asarray(-np.expm1(-rate * p) / -np.expm1(-rate), dtype=float)
+    return np.asarray(-_snap.expm1(-rate * p) / -_snap.expm1(-rate), dtype=float)
 
 
 def saturating_plateau(p: ArrayLike, rate: float, plateau_from: float) -> FloatArray:
@@ -41,7 +44,7 @@ def saturating_plateau(p: ArrayLike, rate: float, plateau_from: float) -> FloatA
 def training_loss(p: ArrayLike, tau: float, start: float = 1.0, floor: float = 0.2) -> FloatArray:
     """Monotonically falling loss floor + (start - floor) e^(-p/tau), for every job kind."""
     p = np.asarray(p, dtype=float)
-    return np.asarray(floor + (start - floor) * np.exp(-p / tau), dtype=float)
+    return np.asarray(floor + (start - floor) * _snap.exp(-p / tau), dtype=float)
 
 
 def proxy_reward(p: ArrayLike) -> FloatArray:

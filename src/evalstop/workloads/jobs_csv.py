@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _snap
 from .._validation import InvalidParameterError
 from .model import KINDS, JobColumns, Workload, WorkloadConfig, build_workload
 from .trace_curves import (
@@ -218,7 +219,7 @@ def load_jobs_csv(path: str | Path | TraceFiles, config: WorkloadConfig, seed: i
     kinds = np.asarray(rows.kinds)[order]
     hacking = (kinds == "rlhf") & (s_label.random(n) < config.hacking_share)
     duration_s = np.asarray(rows.duration)[order]
-    budget_s = duration_s * np.exp(s_budget.normal(0.0, config.budget_error_sigma, n))
+    budget_s = duration_s * _snap.exp(s_budget.normal(0.0, config.budget_error_sigma, n))
     columns = JobColumns(
         kinds, hacking, np.asarray(rows.tenants)[order], np.asarray(rows.gpus)[order], duration_s,
         budget_s, np.asarray(rows.submit)[order],

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _snap
 from .._gc import cyclic_gc_paused
 from .._validation import InvalidParameterError, check_choice, check_float, check_int
 from ..detectors import Eval
@@ -256,7 +257,7 @@ def generate(config: WorkloadConfig, seed: int) -> Workload:
     hacking = (kinds == "rlhf") & (s_kind.random(n) < config.hacking_share)
     tenants = s_kind.integers(0, config.n_tenants, n)
     gpus, duration_s = _draw_sizes(config, s_size, kinds)
-    budget_s = duration_s * np.exp(s_size.normal(0.0, config.budget_error_sigma, n))
+    budget_s = duration_s * _snap.exp(s_size.normal(0.0, config.budget_error_sigma, n))
     rate_per_s = config.offered_load * config.total_gpus / float(np.mean(gpus * duration_s))
     arrival_s = np.cumsum(s_arrival.exponential(1.0 / rate_per_s, n))
     columns = JobColumns(kinds, hacking, tenants, gpus, duration_s, budget_s, arrival_s)
@@ -277,8 +278,9 @@ def _draw_sizes(
     for kind in KINDS:
         mask = kinds == kind
         shape = config.shapes[kind]
-        gpus[mask] = rng.choice(shape.gpu_choices, size=int(mask.sum()), p=shape.gpu_probs)
-        duration_s[mask] = 3600.0 * shape.median_hours * np.exp(rng.normal(0.0, shape.sigma, int(mask.sum())))
+        count = int(mask.sum())
+        gpus[mask] = rng.choice(shape.gpu_choices, size=count, p=shape.gpu_probs)
+        duration_s[mask] = 3600.0 * shape.median_hours * _snap.exp(rng.normal(0.0, shape.sigma, count))
     return gpus, duration_s
 
 
@@ -426,7 +428,7 @@ def _saturating_rows(p: np.ndarray, rate: np.ndarray) -> np.ndarray:
     shared by every job, or one row per job): the same float operations, element by element."""
     r = rate[:, None]
     with np.errstate(divide="ignore", invalid="ignore"):
-        rising = -np.expm1(-r * p) / -np.expm1(-r)
+        rising = -_snap.expm1(-r * p) / -_snap.expm1(-r)
     return np.where(r < 1e-9, np.broadcast_to(p, rising.shape), rising)
 
 

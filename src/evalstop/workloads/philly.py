@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import _snap
 from .._validation import check_float
 from ..data import philly_path, read_philly_bytes
 from .model import KINDS, JobColumns, Workload, WorkloadConfig, build_workload
@@ -122,7 +123,7 @@ def generate_from_trace(config: WorkloadConfig, spec: TraceSpec, seed: int) -> W
     kinds = _kinds_by_gpu_hours(config, duration_s * gpus)
     hacking = (kinds == "rlhf") & (s_label.random(n) < config.hacking_share)
     tenants = s_label.integers(0, config.n_tenants, n)
-    budget_s = duration_s * np.exp(s_budget.normal(0.0, config.budget_error_sigma, n))
+    budget_s = duration_s * _snap.exp(s_budget.normal(0.0, config.budget_error_sigma, n))
     submit = trace.submit_s[idx] - trace.submit_s[idx][0]
     arrival_s = _scale_arrivals(submit, gpus, duration_s, config)
     columns = JobColumns(kinds, hacking, tenants, gpus, duration_s, budget_s, arrival_s)
