@@ -14,8 +14,8 @@ from alembic.migration import MigrationContext
 
 from evalstop.service import domain
 from evalstop.service.ingest import ScoreIn
-from evalstop.service.migrate import alembic_config, head_revision
 from evalstop.service.store import metadata, open_store
+from evalstop.service.store.migrate import alembic_config, head_revision
 
 DATA = Path(__file__).with_name("data")
 

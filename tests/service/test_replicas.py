@@ -90,7 +90,7 @@ def test_replicas_draw_on_one_bucket_per_tenant(pg: list[Store]) -> None:
     spends them, so two replicas together admit at most burst + rate x elapsed."""
     domain.create_tenant(pg[0], "acme")
     limits = FairLimits(scores_per_s=50.0, burst=20, max_live_jobs=10)
-    buckets = [SharedTokenBuckets(s.engine) for s in pg]
+    buckets = [SharedTokenBuckets(s) for s in pg]
     buckets[0].take("acme", 15, limits)
     with pytest.raises(RateLimited) as refused:  # in-memory buckets would admit this too
         buckets[1].take("acme", 15, limits)

@@ -10,7 +10,6 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import OperationalError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from . import console
@@ -21,6 +20,7 @@ from .fastpath import ScoresFastPath
 from .pulling import PullLoop, default_cursor_dir, load_pull_config
 from .routes import ops, router
 from .settings import ServiceSettings
+from .store import DatabaseUnavailable
 
 log = logging.getLogger("evalstop.service")
 
@@ -59,7 +59,7 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
     console.mount(app)
     app.add_exception_handler(DomainError, _domain_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
-    app.add_exception_handler(OperationalError, _database_error)
+    app.add_exception_handler(DatabaseUnavailable, _database_error)
     app.add_middleware(ScoresFastPath, ctx=ctx, domain_error=_domain_error, database_error=_database_error)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)  # outermost: limits the fast path too
     return app

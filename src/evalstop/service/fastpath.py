@@ -19,7 +19,6 @@ import re
 from collections.abc import Awaitable, Callable
 
 from pydantic import TypeAdapter, ValidationError
-from sqlalchemy.exc import OperationalError
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -28,6 +27,7 @@ from .context import ServiceContext
 from .errors import DomainError
 from .routes import Principal, ingest_reply, known_principal
 from .schemas import ScoreBatch, ScoreIn, ScoresBody
+from .store import DatabaseUnavailable
 
 #: Bodies longer than this (bytes) are parsed in a worker thread; a single score is about 60.
 BIG_BODY = 8192
@@ -74,7 +74,7 @@ class ScoresFastPath:
             response = await ingest_reply(self.ctx, match.group(1), who, parsed)
         except DomainError as exc:
             response = await self.domain_error(Request(scope, receive), exc)
-        except OperationalError as exc:
+        except DatabaseUnavailable as exc:
             response = await self.database_error(Request(scope, receive), exc)
         await response(scope, receive, send)
 

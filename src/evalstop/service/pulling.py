@@ -31,17 +31,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy.engine import make_url
-
 from evalstop._validation import InvalidParameterError, check_choice, check_float
 
 from .background import DaemonLoop
 from .errors import Conflict, InvalidInput
-from .ingest import ScoreIn, ingest_scores
+from .ingest import ingest_scores
 from .leader import Leadership
 from .pull import POLLERS, Cursor, Poller, ScoreRecord, make_poller, run_pollers
 from .pull_schema import PULL
-from .store import Store
+from .score import ScoreIn
+from .store import Store, sqlite_file
 
 log = logging.getLogger("evalstop.service.pulling")
 
@@ -137,10 +136,8 @@ def _no_sink(_job_id: str, _records: Sequence[ScoreRecord]) -> None:  # pragma: 
 
 def default_cursor_dir(database_url: str) -> Path | None:
     """``<database directory>/evalstop-pull`` for a SQLite file; None for anything else."""
-    url = make_url(database_url)
-    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
-        return None
-    return Path(str(url.database)).resolve().parent / "evalstop-pull"
+    path = sqlite_file(database_url)
+    return None if path is None else path.resolve().parent / "evalstop-pull"
 
 
 class IngestSink:
