@@ -56,7 +56,8 @@ def test_two_replicas_ingesting_one_job_decide_once(pg: list[Store]) -> None:
     def replica(i: int) -> None:
         barrier.wait()
         for step, value in enumerate(curve):  # both send every score: duplicates are no-ops
-            results[i].append(domain.ingest_scores(pg[i], job_id, "acme", [ScoreIn(step, value)]).decided_now)
+            result = domain.ingest_scores(pg[i], job_id, "acme", [ScoreIn(step=step, value=value)])
+            results[i].append(result.decided_now)
 
     threads = [threading.Thread(target=replica, args=(i,)) for i in range(2)]
     for t in threads:

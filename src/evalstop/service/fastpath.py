@@ -68,7 +68,7 @@ class ScoresFastPath:
             # (a 1,000-score body takes 3-8 ms to parse; a single score about 20 us).
             parsed = await asyncio.to_thread(self._parse, body) if len(body) > BIG_BODY else self._parse(body)
         if parsed is None or who is None:  # not the ordinary case: FastAPI answers, from the same messages
-            await self.app(scope, _replay(message, receive), send)
+            await self.app(scope, replay(message, receive), send)
             return
         try:
             response = await ingest_reply(self.ctx, match.group(1), who, parsed)
@@ -96,15 +96,16 @@ class ScoresFastPath:
             return None  # the route parses it again and answers (400 for bad or too deeply nested JSON)
 
 
-def _replay(first: Message, receive: Receive) -> Receive:
-    """``receive`` with ``first`` (already taken from it) put back in front."""
+def replay(first: Message, receive: Receive) -> Receive:
+    """``receive`` with ``first`` (already taken from it) put back in front: the body-size limit
+    and this fast lane both read the body and hand the request on with it."""
     sent = False
 
-    async def replay() -> Message:
+    async def replayed() -> Message:
         nonlocal sent
         if not sent:
             sent = True
             return first
         return await receive()
 
-    return replay
+    return replayed

@@ -7,10 +7,11 @@ Rules (documented in the README):
   ``Limits.ingest_chunk`` scores, in order, each in its own savepoint of a commit group, and
   answered after the last: another job's score then waits for one unit, not for a whole
   1,000-score batch. On PostgreSQL a batch is one transaction. Everything that can refuse an item
-  is checked on the whole batch before the first unit (limits, finiteness, steps in order within
-  the batch), and a unit can only conflict with stored scores when every earlier unit held old
-  steps only, so a refused batch still writes nothing, except in one race: another request
-  writing later steps to the same job between two units. Then the units before stay stored
+  is checked on the whole batch before the first unit (each :class:`ScoreIn` was validated when
+  built; here the limits and the steps' order within the batch), and a unit can only conflict
+  with stored scores when every earlier unit held old steps only, so a refused batch still
+  writes nothing, except in one race: another request writing later steps to the same job
+  between two units. Then the units before stay stored
   (valid scores; a retry reports them as duplicates).
 - Steps of one metric arrive in increasing order: a new step below the latest stored step is a
   409 (a detector's past decisions are never rewritten). Re-sending an old step is fine.
@@ -26,7 +27,6 @@ Rules (documented in the README):
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
@@ -34,7 +34,7 @@ from typing import Any
 
 from ..detectors import Monitor
 from .errors import Conflict, InvalidInput, PayloadTooLarge
-from .monitoring import load_monitor, observe_rows, save_monitor
+from .monitoring import load_monitor, observe_new
 from .score import ScoreIn
 from .store import Conn, Limits, Store
 from .store import decision as decision_store
@@ -123,19 +123,19 @@ def _ingest(
     # Load (or rebuild from the stored history) before inserting, so a rebuild never sees the
     # new rows, which are observed once below.
     monitor = load_monitor(conn, job, store.limits.max_history)
-    rows, duplicates = score_store.insert_new(store, conn, job, scores_in, now)
-    if observe_rows(monitor, rows, job["metric"]) or job.get("monitor_state") is None:
-        save_monitor(store, conn, job_id, monitor)
+    new, duplicates = score_store.new_scores(conn, job, scores_in)
+    changed = observe_new(monitor, new, job["metric"]) or job.get("monitor_state") is None
+    score_store.write(store, conn, job_id, new, now, monitor.to_json() if changed else None)
     verdict = monitor.verdict
     decided_now, note, state = False, verdict.reason, job["state"]
     enforced, shadow_stop = bool(job["enforced"]), bool(job["shadow_stop"])
-    if verdict.stopped and rows:
+    if verdict.stopped and new:
         decided_now, note, shadow = _maybe_decide(conn, job, monitor, now, job["detector_decided"])
         if decided_now:
             enforced, shadow_stop = enforced or not shadow, shadow_stop or shadow
             state = state if shadow else "stopping"
     return IngestResult(
-        job_id=job_id, accepted=len(rows), duplicates=duplicates,
+        job_id=job_id, accepted=len(new), duplicates=duplicates,
         decision="stop" if enforced else "continue", state=state, reason=note,
         decided_now=decided_now, shadow_stop=shadow_stop, stop_step=verdict.stop_step,
         n_evals=monitor.n_evals + monitor.n_ignored, best_step=verdict.best_step,
@@ -174,21 +174,16 @@ def _maybe_decide(
 
 
 def _validate(limits: Limits, items: Sequence[ScoreIn]) -> None:
+    """What a :class:`ScoreIn` cannot check by itself: the batch size, the configured
+    ``max_step``, and the order of steps within the batch."""
     if not items:
         raise InvalidInput("scores: at least one score is required.")
     if len(items) > limits.max_batch:
         raise PayloadTooLarge(f"scores: a batch holds at most {limits.max_batch} scores. Got {len(items)}.")
     for i, item in enumerate(items):
-        step_ok = isinstance(item.step, int) and not isinstance(item.step, bool)
-        if not (step_ok and 0 <= item.step <= limits.max_step):
+        if item.step > limits.max_step:
             raise InvalidInput(
                 f"scores[{i}].step must be an int in [0, {limits.max_step}]. Got {item.step!r}.")
-        for name in ("value", "ts", "progress", "loss"):
-            value = getattr(item, name)
-            if (value is not None or name == "value") and not _finite(value):
-                raise InvalidInput(f"scores[{i}].{name} must be a finite number. Got {value!r}.")
-        if item.metric is not None and not 0 < len(item.metric) <= 200:
-            raise InvalidInput(f"scores[{i}].metric must be 1-200 characters. Got {item.metric!r}.")
     _check_order(items)
 
 
@@ -205,7 +200,3 @@ def _check_order(items: Sequence[ScoreIn]) -> None:
             raise Conflict(f"scores[{i}]: step {item.step} of metric {item.metric or 'watched'!r} appears "
                            f"twice with values {before.value!r} and {item.value!r}.")
         last[item.metric] = item
-
-
-def _finite(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

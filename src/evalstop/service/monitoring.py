@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
-from ..detectors import Detector, Eval, Monitor, parse_spec
-from .store import Conn, Store
-from .store import monitor as monitor_store
+from ..detectors import Detector, Monitor, parse_spec
+from .score import ScoreIn
+from .store import Conn
 from .store import score as score_store
 
 
@@ -37,21 +37,15 @@ def load_monitor(conn: Conn, job: Mapping[Any, Any], max_history: int) -> Monito
     if saved is not None:
         return Monitor.from_json(saved, detector)
     monitor = Monitor(detector)
-    rows = score_store.history(conn, job["id"], job["metric"], max_history)
-    monitor.observe_many([Eval(r.step, r.value, r.progress, r.loss) for r in rows],
-                         [r.checkpoint_uri for r in rows])
+    history = score_store.history(conn, job["id"], job["metric"], max_history)
+    monitor.observe_many([s.to_eval() for s in history], [s.checkpoint_uri for s in history])
     return monitor
 
 
-def observe_rows(monitor: Monitor, rows: Sequence[Mapping[str, Any]], metric: str) -> bool:
-    """Fold the new score rows of ``metric`` (in step order) into ``monitor``; True if any."""
-    watched = [r for r in rows if r["metric"] == metric]
+def observe_new(monitor: Monitor, new: Sequence[ScoreIn], metric: str) -> bool:
+    """Fold the new scores of ``metric`` (in step order; each names its metric) into ``monitor``;
+    True if any."""
+    watched = [s for s in new if s.metric == metric]
     if watched:
-        monitor.observe_many([Eval(r["step"], r["value"], r["progress"], r["loss"]) for r in watched],
-                             [r["checkpoint_uri"] for r in watched])
+        monitor.observe_many([s.to_eval() for s in watched], [s.checkpoint_uri for s in watched])
     return bool(watched)
-
-
-def save_monitor(store: Store, conn: Conn, job_id: str, monitor: Monitor) -> None:
-    """Write the monitor back to the job row (inside the caller's transaction)."""
-    monitor_store.save(store, conn, job_id, monitor.to_json())

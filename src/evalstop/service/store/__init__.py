@@ -5,9 +5,10 @@ package, and nothing outside it imports SQLAlchemy or a database driver
 - :mod:`.tables` (the schema), :mod:`.engine` (:func:`open_store`, :class:`Store`, transactions),
   :mod:`.dialect` (what differs by database, picked once by :func:`open_store`), :mod:`.commit`
   (SQLite's group commit), :mod:`.migrate` and ``migrations/`` (Alembic);
-- one module per aggregate: :mod:`.job`, :mod:`.score`, :mod:`.decision`, :mod:`.monitor`,
-  :mod:`.trail` (audit), :mod:`.tenant`, :mod:`.bucket`, :mod:`.delivery` (the outbox), and the
-  read models :mod:`.report` and :mod:`.listing`; :mod:`.lock` (a session lock for one leader).
+- one module per aggregate: :mod:`.job`, :mod:`.score` (new scores and the job's monitor state,
+  written together), :mod:`.decision`, :mod:`.trail` (audit), :mod:`.tenant`, :mod:`.bucket`,
+  :mod:`.delivery` (the outbox), and the read models :mod:`.report` and :mod:`.listing`;
+  :mod:`.lock` (a session lock for one leader); :mod:`.statements` (the hot path's prebuilt SQL).
 """
 
 from __future__ import annotations

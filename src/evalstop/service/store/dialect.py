@@ -15,19 +15,22 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
 from sqlalchemy.engine import Connection
 
+from ..score import ScoreIn
 from .statements import JOB_STATE, LOCK_JOB, job_state
 from .tables import jobs, tenants
 
-#: The columns of a score row, in the order :meth:`Dialect.insert_scores` takes them.
-SCORE_COLUMNS = ("job_id", "metric", "step", "value", "checkpoint_uri", "progress", "loss", "ts",
-                 "received_at")
+#: The columns of a score row, in the order :meth:`Dialect.insert_scores` takes them: the job,
+#: every field of :class:`ScoreIn` (``metric`` resolved), and when it was received.
+SCORE_COLUMNS = ("job_id", *ScoreIn.model_fields, "received_at")
 
 
 class Dialect:
@@ -42,11 +45,12 @@ class Dialect:
     def read_ingest_job(self, conn: Connection, job_id: str, tenant: str | None) -> dict[str, Any] | None:
         raise NotImplementedError
 
-    def insert_scores(self, conn: Connection, rows: Sequence[tuple[Any, ...]]) -> None:
+    def write_scores(
+        self, conn: Connection, rows: Sequence[tuple[Any, ...]], job_id: str, state: dict[str, Any] | None
+    ) -> None:
+        """Insert the score ``rows`` (:data:`SCORE_COLUMNS`) and, unless ``state`` is None, write
+        the job's monitor state, in the caller's transaction."""
         raise NotImplementedError
-
-    def save_monitor(self, conn: Connection, job_id: str, state: dict[str, Any]) -> None:
-        conn.execute(jobs.update().where(jobs.c.id == job_id).values(monitor_state=state))
 
     def claimable(self, query: sa.Select[Any]) -> sa.Select[Any]:
         """``query`` (one due outbox row) as a claim: as it is, or skipping rows others hold."""
@@ -85,12 +89,15 @@ class Sqlite(Dialect):
         found = cursor.fetchone()
         return None if found is None else dict(zip((d[0] for d in cursor.description), found, strict=True))
 
-    def insert_scores(self, conn: Connection, rows: Sequence[tuple[Any, ...]]) -> None:
-        _raw(conn).executemany(self._insert, rows)
-
-    def save_monitor(self, conn: Connection, job_id: str, state: dict[str, Any]) -> None:
-        _raw(conn).execute("UPDATE jobs SET monitor_state = ? WHERE id = ?",
-                           (json.dumps(state, allow_nan=False), job_id))
+    def write_scores(
+        self, conn: Connection, rows: Sequence[tuple[Any, ...]], job_id: str, state: dict[str, Any] | None
+    ) -> None:
+        raw = _raw(conn)
+        if rows:
+            raw.executemany(self._insert, rows)
+        if state is not None:
+            raw.execute("UPDATE jobs SET monitor_state = ? WHERE id = ?",
+                        (json.dumps(state, allow_nan=False), job_id))
 
     def now(self) -> sa.ColumnElement[Any]:
         return sa.literal(time.time())  # one process: its clock is the only one
@@ -103,25 +110,63 @@ class Sqlite(Dialect):
 
 
 class Postgres(Dialect):
+    """The ingest path runs on the driver connection, in few round trips (docs/service.md,
+    "Round trips"): the job's lock and its state are sent together in one pipeline, then the new
+    scores and the monitor in one statement (a data-modifying CTE), then ``COMMIT``; with the
+    pool's pre-ping and psycopg's ``BEGIN``, five round trips for a single score (eight before)."""
+
     name = "postgresql"
     shared = True
+    #: a batch larger than this is sent with COPY (one statement whatever its size)
+    copy_from = 50
     _copy = f"COPY scores ({', '.join(SCORE_COLUMNS)}) FROM STDIN"
 
-    def read_ingest_job(self, conn: Connection, job_id: str, tenant: str | None) -> dict[str, Any] | None:
-        params = {"job_id": job_id} if tenant is None else {"job_id": job_id, "tenant": tenant}
-        found = conn.execute(LOCK_JOB[tenant is not None], params).mappings().first()
-        if found is None:
-            return None
-        state = conn.execute(JOB_STATE, {"job_id": job_id, "metric": found["metric"]}).one()
-        return {**found, **state._mapping}
+    def __init__(self) -> None:
+        dialect = psycopg_dialect()  # type: ignore[no-untyped-call]
+        self._lock = {scoped: _compile(LOCK_JOB[scoped], dialect) for scoped in (False, True)}
+        self._state = _compile(JOB_STATE, dialect)
+        self._row = "(" + ", ".join("%s" for _ in SCORE_COLUMNS) + ")"
+        self._insert = f"INSERT INTO scores ({', '.join(SCORE_COLUMNS)}) VALUES "
+        self._update = "UPDATE jobs SET monitor_state = %s::json WHERE id = %s"
 
-    def insert_scores(self, conn: Connection, rows: Sequence[tuple[Any, ...]]) -> None:
-        # COPY: one statement for the unit (executemany sends one INSERT per row, and the
-        # server's per-statement work was most of a 100-score unit, by profile)
+    def read_ingest_job(self, conn: Connection, job_id: str, tenant: str | None) -> dict[str, Any] | None:
         raw = _raw(conn)
-        with raw.cursor() as cursor, cursor.copy(self._copy) as copy:
-            for r in rows:
-                copy.write_row(r)
+        given = {"job_id": job_id, "tenant": tenant}
+        lock_sql, _, lock_defaults = self._lock[tenant is not None]
+        state_sql, _, state_defaults = self._state
+        with _wrapped(conn), raw.cursor() as lock, raw.cursor() as state:
+            with raw.pipeline():
+                lock.execute(lock_sql, {**lock_defaults, **given})
+                state.execute(state_sql, {**state_defaults, **given})
+            found = lock.fetchone()
+            if found is None:
+                return None
+            job = dict(zip((d.name for d in lock.description), found, strict=True))
+            job.update(zip((d.name for d in state.description), state.fetchone(), strict=True))
+        return job
+
+    def write_scores(
+        self, conn: Connection, rows: Sequence[tuple[Any, ...]], job_id: str, state: dict[str, Any] | None
+    ) -> None:
+        raw = _raw(conn)
+        if len(rows) > self.copy_from:
+            # COPY: one statement for the unit (executemany sends one INSERT per row, and the
+            # server's per-statement work was most of a 100-score unit, by profile)
+            with _wrapped(conn), raw.cursor() as cursor, cursor.copy(self._copy) as copy:
+                for r in rows:
+                    copy.write_row(r)
+            rows = ()
+        sql, params = "", []
+        if rows:
+            sql = self._insert + ", ".join(self._row for _ in rows)
+            params = [v for r in rows for v in r]
+        if state is not None:
+            update = (self._update, [json.dumps(state, allow_nan=False), job_id])
+            sql = f"WITH new AS ({sql}) {update[0]}" if sql else update[0]
+            params += update[1]
+        if sql:
+            with _wrapped(conn), raw.cursor() as cursor:
+                cursor.execute(sql, params)
 
     def claimable(self, query: sa.Select[Any]) -> sa.Select[Any]:
         return query.with_for_update(skip_locked=True)
@@ -151,6 +196,18 @@ def _read_query(scoped: bool) -> sa.Select[Any]:
 def _compile(query: sa.Select[Any], dialect: Any) -> tuple[str, tuple[str, ...], dict[str, Any]]:
     compiled = query.compile(dialect=dialect)
     return compiled.string, tuple(compiled.positiontup or ()), dict(compiled.params)
+
+
+@contextmanager
+def _wrapped(conn: Connection) -> Iterator[None]:
+    """The driver's errors as SQLAlchemy raises them (``OperationalError``: the service answers
+    503), so a statement on the driver connection fails as it would through SQLAlchemy."""
+    dbapi = conn.dialect.dbapi
+    assert dbapi is not None
+    try:
+        yield
+    except dbapi.Error as exc:
+        raise sa.exc.DBAPIError.instance(None, None, exc, dbapi.Error) from exc
 
 
 def _raw(conn: Connection) -> Any:

@@ -18,37 +18,45 @@ from .job import row as job_row
 from .tables import scores
 
 
-def insert_new(
-    store: Store, conn: Connection, job: JobRow, items: Sequence[ScoreIn], now: float
-) -> tuple[list[dict[str, Any]], int]:
-    """Insert the new scores; return them (in order) and the number of duplicates.
-    ``job["latest"]`` is the latest stored step of the job's watched metric (other metrics are
-    looked up here)."""
+def new_scores(conn: Connection, job: JobRow, items: Sequence[ScoreIn]) -> tuple[list[ScoreIn], int]:
+    """The scores of ``items`` not stored yet (each naming its metric) and the number of
+    duplicates; a changed value or a step out of order is a :class:`Conflict` (nothing is
+    written here). ``job["latest"]`` is the latest stored step of the job's watched metric
+    (other metrics are looked up here)."""
     by_metric: dict[str, list[tuple[int, ScoreIn]]] = {}
     for i, item in enumerate(items):
         by_metric.setdefault(item.metric or job["metric"], []).append((i, item))
-    rows: list[dict[str, Any]] = []
+    new: list[ScoreIn] = []
     duplicates = 0
     for metric, group in by_metric.items():
         latest = job["latest"] if metric == job["metric"] else latest_step(conn, job["id"], metric)
-        new, dup = _new_rows(conn, job["id"], metric, group, now, latest)
-        rows += new
+        found, dup = _new_scores(conn, job["id"], metric, group, latest)
+        new += found
         duplicates += dup
-    if rows:
-        store.dialect.insert_scores(conn, [tuple(r[c] for c in SCORE_COLUMNS) for r in rows])
-    return rows, duplicates
+    return new, duplicates
 
 
-def _new_rows(
-    conn: Connection, job_id: str, metric: str, group: list[tuple[int, ScoreIn]], now: float,
-    latest: int | None,
-) -> tuple[list[dict[str, Any]], int]:
+def write(
+    store: Store, conn: Connection, job_id: str, new: Sequence[ScoreIn], now: float,
+    monitor_state: dict[str, Any] | None,
+) -> None:
+    """Insert the ``new`` scores (from :func:`new_scores`) and, unless None, the job's monitor
+    state: one statement on PostgreSQL."""
+    fixed = {"job_id": job_id, "received_at": now}
+    rows = [tuple(fixed[c] if c in fixed else s.__dict__[c] for c in SCORE_COLUMNS) for s in new]
+    store.dialect.write_scores(conn, rows, job_id, monitor_state)
+
+
+def _new_scores(
+    conn: Connection, job_id: str, metric: str, group: list[tuple[int, ScoreIn]], latest: int | None,
+) -> tuple[list[ScoreIn], int]:
     steps = {it.step for _, it in group}
     stored: dict[int, float] = {}
     if latest is not None and min(steps) <= latest:  # else all new: the common case, no query
         stored = dict(conn.execute(sa.select(scores.c.step, scores.c.value).where(
             scores.c.job_id == job_id, scores.c.metric == metric, scores.c.step.in_(steps))).all())
-    rows, duplicates = [], 0
+    new: list[ScoreIn] = []
+    duplicates = 0
     for i, item in group:
         if item.step in stored:
             if stored[item.step] != item.value:
@@ -59,20 +67,18 @@ def _new_rows(
         if latest is not None and item.step < latest:
             raise Conflict(f"scores[{i}]: step {item.step} of metric {metric!r} is out of order: it comes "
                            f"after step {latest}. Send steps in increasing order.")
-        rows.append({"job_id": job_id, "metric": metric, "step": item.step, "value": item.value,
-                     "checkpoint_uri": item.checkpoint_uri, "progress": item.progress, "loss": item.loss,
-                     "ts": item.ts, "received_at": now})
+        new.append(item if item.metric == metric else item.model_copy(update={"metric": metric}))
         stored[item.step], latest = item.value, item.step
-    return rows, duplicates
+    return new, duplicates
 
 
-def history(conn: Connection, job_id: str, metric: str, limit: int) -> list[Any]:
-    """The job's stored scores of ``metric`` in step order (at most ``limit``): rows with
-    ``step, value, progress, loss, checkpoint_uri``."""
-    cols = (scores.c.step, scores.c.value, scores.c.progress, scores.c.loss, scores.c.checkpoint_uri)
+def history(conn: Connection, job_id: str, metric: str, limit: int) -> list[ScoreIn]:
+    """The job's stored scores of ``metric`` in step order (at most ``limit``; stored, so not
+    validated again)."""
+    cols = [scores.c[name] for name in ScoreIn.model_fields]
     query = (sa.select(*cols).where(scores.c.job_id == job_id, scores.c.metric == metric)
              .order_by(scores.c.step).limit(limit))
-    return list(conn.execute(query).all())
+    return [ScoreIn.model_construct(**r) for r in conn.execute(query).mappings()]
 
 
 def list_after(

@@ -35,7 +35,9 @@ def job_state(job_id: Any, metric: Any) -> list[sa.ColumnElement[Any]]:
 
 
 #: PostgreSQL: read AFTER the row lock is granted, in a second statement, so that (read
-#: committed) it sees every commit made before the lock.
-JOB_STATE = sa.select(*job_state(sa.bindparam("job_id"), sa.bindparam("metric")))
+#: committed) it sees every commit made before the lock. It names the job only (its metric is
+#: read in the statement), so it can be sent with the lock in one round trip (a pipeline).
+_METRIC = sa.select(jobs.c.metric).where(jobs.c.id == sa.bindparam("job_id")).scalar_subquery()
+JOB_STATE = sa.select(*job_state(sa.bindparam("job_id"), _METRIC))
 
 
