@@ -45,7 +45,8 @@ def test_pulled_scores_trigger_a_pinned_webhook_stop(tmp_path: Path) -> None:
         decisions: list[str] = []
 
         def sink(key: str, records: Sequence[ScoreRecord]) -> None:
-            items = [ScoreIn(r.step, r.value, r.checkpoint_uri, r.ts, r.metric) for r in records]
+            items = [ScoreIn(step=r.step, value=r.value, checkpoint_uri=r.checkpoint_uri, ts=r.ts,
+                             metric=r.metric) for r in records]
             decisions.append(ingest_scores(ctx.store, key, "acme", items).decision)
 
         out = tmp_path / "run"

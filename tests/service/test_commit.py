@@ -9,8 +9,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from evalstop.service.commit import GroupCommitter
 from evalstop.service.store import open_store, tenants
+from evalstop.service.store.commit import GroupCommitter
 
 
 def test_a_failing_unit_is_rolled_back_alone_and_the_rest_commit(tmp_path: Path) -> None:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from pydantic import ValidationError
 
 from evalstop.service import domain
 from evalstop.service.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge
@@ -19,7 +21,9 @@ from evalstop.testing.recording import RecordingAdapter
 from ._support import RECORDING_PLUGIN
 
 StoreFactory = Callable[..., Store]
-DECLINING = [ScoreIn(1, 0.5, "ckpt-1"), ScoreIn(2, 0.6, "ckpt-2"), ScoreIn(3, 0.55), ScoreIn(4, 0.5)]
+DECLINING = [ScoreIn(step=1, value=0.5, checkpoint_uri="ckpt-1"),
+             ScoreIn(step=2, value=0.6, checkpoint_uri="ckpt-2"),
+             ScoreIn(step=3, value=0.55), ScoreIn(step=4, value=0.5)]
 
 
 def new_job(store: Store, tenant: str = "acme", **spec: object) -> str:
@@ -46,7 +50,7 @@ def test_ingest_decides_once_and_enqueues_in_the_same_transaction(store_factory:
     results = [domain.ingest_scores(store, job_id, "acme", [s]) for s in DECLINING]
     assert [r.decided_now for r in results] == [False, False, False, True]
     assert (results[-1].best_step, results[-1].best_checkpoint_uri) == (2, "ckpt-2")
-    again = domain.ingest_scores(store, job_id, "acme", [ScoreIn(5, 0.1)])
+    again = domain.ingest_scores(store, job_id, "acme", [ScoreIn(step=5, value=0.1)])
     assert (again.decided_now, again.decision, again.state) == (False, "stop", "stopping")
     assert counts(store, job_id) == (1, 1, 5)
 
@@ -55,35 +59,45 @@ def test_idempotent_step_conflict_and_out_of_order(store_factory: StoreFactory) 
     store = store_factory()
     job_id = new_job(store)
     domain.ingest_scores(store, job_id, "acme", DECLINING[:2])
-    same = domain.ingest_scores(store, job_id, "acme", [ScoreIn(2, 0.6), ScoreIn(5, 0.7)])
+    same = domain.ingest_scores(store, job_id, "acme",
+                                [ScoreIn(step=2, value=0.6), ScoreIn(step=5, value=0.7)])
     assert (same.accepted, same.duplicates) == (1, 1)
     already = r"scores\[0\]: step 2 of metric 'score' already has value 0.6; got 0.9"
     with pytest.raises(Conflict, match=already):
-        domain.ingest_scores(store, job_id, "acme", [ScoreIn(2, 0.9)])
+        domain.ingest_scores(store, job_id, "acme", [ScoreIn(step=2, value=0.9)])
     with pytest.raises(Conflict, match="step 3 of metric 'score' is out of order: it comes after step 5"):
-        domain.ingest_scores(store, job_id, "acme", [ScoreIn(3, 0.7)])
+        domain.ingest_scores(store, job_id, "acme", [ScoreIn(step=3, value=0.7)])
     with pytest.raises(Conflict, match=r"scores\[1\]: step 4 .* out of order: it comes after step 6"):
-        domain.ingest_scores(store, job_id, "acme", [ScoreIn(6, 0.7), ScoreIn(4, 0.61)])
+        domain.ingest_scores(store, job_id, "acme",
+                             [ScoreIn(step=6, value=0.7), ScoreIn(step=4, value=0.61)])
     assert count(store, scores, job_id) == 3  # the refused batch wrote nothing (step 4 not kept)
 
 
-@pytest.mark.parametrize(("item", "error", "message"), [
-    (ScoreIn(1, float("nan")), InvalidInput, r"scores\[0\].value must be a finite number. Got nan"),
-    (ScoreIn(1, 0.5, loss=float("inf")), InvalidInput, r"scores\[0\].loss must be a finite number"),
-    (ScoreIn(-3, 0.5), InvalidInput, r"scores\[0\].step must be an int in \[0, 1000\]. Got -3"),
-    (ScoreIn(10**6, 0.5), InvalidInput, r"scores\[0\].step must be an int"),
+@pytest.mark.parametrize(("fields", "field", "kind"), [
+    ({"step": 1, "value": float("nan")}, "value", "finite_number"),
+    ({"step": 1, "value": 0.5, "loss": float("inf")}, "loss", "finite_number"),
+    ({"step": -3, "value": 0.5}, "step", "greater_than_equal"),
+    ({"step": 1.0, "value": 0.5}, "step", "int_type"),
+    ({"step": 1, "value": True}, "value", "float_type"),
+    ({"step": 1, "value": 0.5, "extra": 1}, "extra", "extra_forbidden"),
 ])
-def test_pull_ingest_gets_the_same_validation(
-    store_factory: StoreFactory, item: ScoreIn, error: type[Exception], message: str
-) -> None:
+def test_a_score_is_validated_once_when_built(fields: dict[str, Any], field: str, kind: str) -> None:
+    """Route, puller and direct callers build the same ScoreIn: a bad field never reaches ingest."""
+    with pytest.raises(ValidationError) as caught:
+        ScoreIn(**fields)
+    assert [(e["loc"], e["type"]) for e in caught.value.errors()] == [((field,), kind)]
+
+
+def test_ingest_checks_what_a_score_cannot(store_factory: StoreFactory) -> None:
+    """The configured max_step, the batch size and the tenant, whoever calls (the pullers too)."""
     store = store_factory(limits=Limits(max_batch=3, max_step=1000))
     job_id = new_job(store)
-    with pytest.raises(error, match=message):
-        domain.ingest_scores(store, job_id, "acme", [item])
+    with pytest.raises(InvalidInput, match=r"scores\[0\].step must be an int in \[0, 1000\]. Got 1000000"):
+        domain.ingest_scores(store, job_id, "acme", [ScoreIn(step=10**6, value=0.5)])
     with pytest.raises(PayloadTooLarge, match=r"at most 3 scores\. Got 4"):
-        domain.ingest_scores(store, job_id, "acme", [ScoreIn(i, 0.5) for i in range(4)])
+        domain.ingest_scores(store, job_id, "acme", [ScoreIn(step=i, value=0.5) for i in range(4)])
     with pytest.raises(NotFound, match="not found"):
-        domain.ingest_scores(store, job_id, "other", [ScoreIn(1, 0.5)])
+        domain.ingest_scores(store, job_id, "other", [ScoreIn(step=1, value=0.5)])
     assert count(store, scores, job_id) == 0
 
 
@@ -92,7 +106,7 @@ def test_concurrent_writers_never_decide_twice(store_factory: StoreFactory) -> N
     every step stored once."""
     store = store_factory()
     job_id = new_job(store)
-    history = [ScoreIn(i, 1.0 - 0.01 * i) for i in range(1, 41)]
+    history = [ScoreIn(step=i, value=1.0 - 0.01 * i) for i in range(1, 41)]
     errors: list[BaseException] = []
 
     def writer(offset: int) -> None:

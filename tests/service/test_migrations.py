@@ -14,8 +14,8 @@ from alembic.migration import MigrationContext
 
 from evalstop.service import domain
 from evalstop.service.ingest import ScoreIn
-from evalstop.service.migrate import alembic_config, head_revision
 from evalstop.service.store import metadata, open_store
+from evalstop.service.store.migrate import alembic_config, head_revision
 
 DATA = Path(__file__).with_name("data")
 
@@ -55,7 +55,7 @@ def test_a_database_of_the_previous_release_upgrades_to_head(db_url: str) -> Non
         with engine.connect() as conn:
             version = conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
         assert version == head_revision()
-        result = domain.ingest_scores(store, "a" * 32, "acme", [ScoreIn(2, 0.6)])  # old data still serves
+        result = domain.ingest_scores(store, "a" * 32, "acme", [ScoreIn(step=2, value=0.6)])  # old data ok
         assert (result.accepted, result.n_evals) == (1, 2)
         open_store(db_url).dispose()  # a second start (another replica) finds it done
     finally:

@@ -56,7 +56,8 @@ def test_two_replicas_ingesting_one_job_decide_once(pg: list[Store]) -> None:
     def replica(i: int) -> None:
         barrier.wait()
         for step, value in enumerate(curve):  # both send every score: duplicates are no-ops
-            results[i].append(domain.ingest_scores(pg[i], job_id, "acme", [ScoreIn(step, value)]).decided_now)
+            result = domain.ingest_scores(pg[i], job_id, "acme", [ScoreIn(step=step, value=value)])
+            results[i].append(result.decided_now)
 
     threads = [threading.Thread(target=replica, args=(i,)) for i in range(2)]
     for t in threads:
@@ -90,7 +91,7 @@ def test_replicas_draw_on_one_bucket_per_tenant(pg: list[Store]) -> None:
     spends them, so two replicas together admit at most burst + rate x elapsed."""
     domain.create_tenant(pg[0], "acme")
     limits = FairLimits(scores_per_s=50.0, burst=20, max_live_jobs=10)
-    buckets = [SharedTokenBuckets(s.engine) for s in pg]
+    buckets = [SharedTokenBuckets(s) for s in pg]
     buckets[0].take("acme", 15, limits)
     with pytest.raises(RateLimited) as refused:  # in-memory buckets would admit this too
         buckets[1].take("acme", 15, limits)

@@ -10,17 +10,17 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import OperationalError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from . import console
 from .context import ServiceContext
 from .errors import DomainError
 from .fairness import retry_after_header
-from .fastpath import ScoresFastPath
+from .fastpath import ScoresFastPath, replay
 from .pulling import PullLoop, default_cursor_dir, load_pull_config
 from .routes import ops, router
 from .settings import ServiceSettings
+from .store import DatabaseUnavailable
 
 log = logging.getLogger("evalstop.service")
 
@@ -59,7 +59,7 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
     console.mount(app)
     app.add_exception_handler(DomainError, _domain_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
-    app.add_exception_handler(OperationalError, _database_error)
+    app.add_exception_handler(DatabaseUnavailable, _database_error)
     app.add_middleware(ScoresFastPath, ctx=ctx, domain_error=_domain_error, database_error=_database_error)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)  # outermost: limits the fast path too
     return app
@@ -124,25 +124,13 @@ class BodyLimit:
                 return
             chunks.append(chunk)
             more = message.get("more_body", False)
-        await self.app(scope, _replay(b"".join(chunks), receive), send)
+        whole: Message = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+        await self.app(scope, replay(whole, receive), send)
 
     async def _refuse(self, send: Send) -> None:
         detail = f"Request body larger than {self.max_bytes} bytes."
         response = JSONResponse({"detail": detail}, status_code=413)
         await response({"type": "http"}, _no_receive, send)
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    sent = False
-
-    async def replay() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replay
 
 
 async def _no_receive() -> Any:

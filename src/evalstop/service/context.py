@@ -95,5 +95,5 @@ class ServiceContext:
                               settings.tenant_max_live_jobs)
         policies = PolicyCache(store, defaults, settings.policy_cache_s)
         # one bucket per tenant for all replicas on PostgreSQL; SQLite has one process
-        buckets = TokenBuckets() if store.is_sqlite else SharedTokenBuckets(store.engine)
+        buckets = SharedTokenBuckets(store) if store.shared else TokenBuckets()
         return cls(settings, store, adapters, metrics, worker, policies, buckets=buckets)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import hmac
 import re
 import secrets
 import uuid
@@ -17,25 +16,20 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection, RowMapping
-
-from ..detectors import DEFAULT_SPEC, Detector, parse_spec
+from ..detectors import DEFAULT_SPEC, Detector, format_spec, parse_spec
 from . import scopes as scoping
-from .controls import Actor, record
+from .actors import Actor, record
 from .errors import Conflict, Forbidden, InvalidInput, NotFound
 from .fairness import Limits as FairLimits
 from .fairness import Quota, QuotaExceeded, effective
-from .ingest import (
-    IngestResult,
-    ScoreIn,
-    decide_stop,
-    ingest_scores,
-    ingest_scores_async,
-    lock_job,
-)
+from .ingest import IngestResult, decide_stop, ingest_scores, ingest_scores_async
 from .monitoring import load_monitor, new_monitor_state
-from .store import Store, decisions, jobs, outbox, scores, tenants
+from .score import ScoreIn
+from .store import Conn, Store
+from .store import decision as decision_store
+from .store import job as job_store
+from .store import score as score_store
+from .store import tenant as tenant_store
 
 __all__ = [
     "IngestResult", "JobSpec", "ScoreIn", "create_tenant", "get_job", "ingest_scores", "ingest_scores_async",
@@ -64,10 +58,7 @@ def create_tenant(
     token = "es_" + secrets.token_urlsafe(32)
     row = {"name": name, "token_hash": hash_token(token), "shadow": shadow, "created_at": store.clock(),
            "scope": scope_json, "quota": quota_json}
-    with store.transaction() as conn:
-        if conn.execute(sa.select(tenants.c.name).where(tenants.c.name == name)).first():
-            raise Conflict(f"Tenant {name!r} already exists.")
-        conn.execute(tenants.insert().values(**row))
+    tenant_store.create(store, row)
     return {"name": name, "shadow": shadow, "created_at": row["created_at"], "scope": scope_json,
             "quota": quota_json}, token
 
@@ -94,46 +85,27 @@ def set_tenant_policy(store: Store, name: str, *, scope: Any = ..., quota: Any =
         values["scope"] = _scope_json(scope)
     if quota is not ...:
         values["quota"] = _quota_json(quota)
-    with store.transaction() as conn:
-        done = conn.execute(tenants.update().where(tenants.c.name == name).values(**values))
-        if done.rowcount == 0:
-            raise NotFound(f"Tenant {name!r} not found.")
+    tenant_store.update(store, name, **values)
     return next(t for t in list_tenants(store) if t["name"] == name)
 
 
 def tenant_policy(store: Store, name: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """``(scope, quota)`` of a tenant as stored."""
-    with store.engine.connect() as conn:
-        row = conn.execute(sa.select(tenants.c.scope, tenants.c.quota).where(tenants.c.name == name)).first()
-    if row is None:
-        raise NotFound(f"Tenant {name!r} not found.")
-    return row.scope, row.quota
+    scope, quota = tenant_store.policy(store, name)
+    return scope, quota
 
 
 def tenant_for_token(store: Store, token: str) -> str | None:
     """The tenant whose token this is, or None. Compares hashes in constant time."""
-    digest = hash_token(token)
-    with store.engine.connect() as conn:
-        row = conn.execute(sa.select(tenants.c.name, tenants.c.token_hash)
-                           .where(tenants.c.token_hash == digest)).first()
-    if row is None or not hmac.compare_digest(row.token_hash, digest):
-        return None
-    return str(row.name)
+    return tenant_store.for_token_hash(store, hash_token(token))
 
 
 def list_tenants(store: Store) -> list[dict[str, Any]]:
-    with store.engine.connect() as conn:
-        rows = conn.execute(sa.select(tenants.c.name, tenants.c.shadow, tenants.c.created_at,
-                                      tenants.c.scope, tenants.c.quota)
-                            .order_by(tenants.c.name)).mappings().all()
-    return [dict(r) for r in rows]
+    return tenant_store.list_all(store)
 
 
 def set_tenant_shadow(store: Store, name: str, enabled: bool) -> dict[str, Any]:
-    with store.transaction() as conn:
-        done = conn.execute(tenants.update().where(tenants.c.name == name).values(shadow=enabled))
-        if done.rowcount == 0:
-            raise NotFound(f"Tenant {name!r} not found.")
+    tenant_store.update(store, name, shadow=enabled)
     return {"name": name, "shadow": enabled}
 
 
@@ -180,8 +152,6 @@ def register_job(
     the reference must lie in the tenant's scope (:mod:`.scopes`) and belong to no other live job;
     the tenant's ``max_live_jobs`` quota must not be used up. ``webhook_url`` is the webhook
     adapter's configured URL (checked against the scope when the job names none)."""
-    from ..detectors import format_spec
-
     _check_name("target", spec.target)
     check_target(spec.target)
     detector = resolve_detector(spec.detector, spec.mode)
@@ -197,39 +167,34 @@ def register_job(
         "monitor_state": new_monitor_state(detector),
     }
     with store.transaction() as conn:
-        owner = conn.execute(sa.select(tenants.c.scope, tenants.c.quota).where(tenants.c.name == tenant)
-                             .with_for_update()).first()  # registrations of one tenant serialise here
+        owner = job_store.lock_owner(conn, tenant)  # registrations of one tenant serialise here
         if owner is None:
             raise NotFound(f"Tenant {tenant!r} not found.")
-        scoping.check_registration(tenant, scoping.parse_scope(owner.scope), spec.target, external_ref,
+        scope, quota = owner
+        scoping.check_registration(tenant, scoping.parse_scope(scope), spec.target, external_ref,
                                    spec.target_options, webhook_url)
-        _check_live_quota(conn, tenant, effective(owner.quota, default_limits or UNLIMITED))
+        _check_live_quota(conn, tenant, effective(quota, default_limits or UNLIMITED))
         _check_ref_free(conn, tenant, spec.target, external_ref)
-        try:
-            with conn.begin_nested():
-                conn.execute(jobs.insert().values(**row))
-        except sa.exc.IntegrityError:  # another registration of the same reference won the race
-            raise _ref_taken(spec.target, external_ref, None) from None
+        if not job_store.insert(conn, row):  # another registration of the same reference won the race
+            raise _ref_taken(spec.target, external_ref, None)
     return get_job(store, job_id, tenant)
 
 
 UNLIMITED = FairLimits(scores_per_s=float("inf"), burst=2**62, max_live_jobs=2**62)
 
 
-def _check_live_quota(conn: Connection, tenant: str, limits: FairLimits) -> None:
-    live = conn.execute(sa.select(sa.func.count()).where(jobs.c.tenant == tenant, jobs.c.state != "stopped")
-                        ).scalar_one()
+def _check_live_quota(conn: Conn, tenant: str, limits: FairLimits) -> None:
+    live = job_store.count_live(conn, tenant)
     if live >= limits.max_live_jobs:
         raise QuotaExceeded(f"Tenant {tenant!r} has {live} live jobs, its quota (max_live_jobs="
                             f"{limits.max_live_jobs}); retry once one has stopped.")
 
 
-def _check_ref_free(conn: Connection, tenant: str, target: str, ref: str) -> None:
+def _check_ref_free(conn: Conn, tenant: str, target: str, ref: str) -> None:
     """A clear message before the unique index says no (it still decides under a race)."""
-    holder = conn.execute(sa.select(jobs.c.id, jobs.c.tenant).where(
-        jobs.c.target == target, jobs.c.external_ref == ref, jobs.c.state != "stopped")).first()
+    holder = job_store.live_holder(conn, target, ref)
     if holder is not None:
-        raise _ref_taken(target, ref, holder.id if holder.tenant == tenant else None)
+        raise _ref_taken(target, ref, holder[0] if holder[1] == tenant else None)
 
 
 def _ref_taken(target: str, ref: str, own_job: str | None) -> Conflict:
@@ -239,48 +204,22 @@ def _ref_taken(target: str, ref: str, own_job: str | None) -> Conflict:
 
 
 def get_job(store: Store, job_id: str, tenant: str | None) -> dict[str, Any]:
-    with store.engine.connect() as conn:
-        job = _job_row(conn, job_id, tenant)
-        stats = conn.execute(
-            sa.select(sa.func.count(), sa.func.max(scores.c.step))
-            .where(scores.c.job_id == job_id, scores.c.metric == job["metric"])
-        ).one()
-        delivery = conn.execute(
-            sa.select(outbox.c.phase, outbox.c.attempts, outbox.c.last_error, outbox.c.delivered_at)
-            .where(outbox.c.job_id == job_id).order_by(outbox.c.id)
-        ).mappings().all()
-    return {**job, "n_evals": int(stats[0]), "last_step": stats[1],
-            "deliveries": [dict(d) for d in delivery]}
+    return job_store.get(store, job_id, tenant)
 
 
 def list_jobs(store: Store, tenant: str | None, *, limit: int = 100, offset: int = 0) -> list[dict[str, Any]]:
-    query = sa.select(jobs).order_by(jobs.c.created_at, jobs.c.id).limit(limit).offset(offset)
-    if tenant is not None:
-        query = query.where(jobs.c.tenant == tenant)
-    with store.engine.connect() as conn:
-        return [dict(r) for r in conn.execute(query).mappings().all()]
+    return job_store.list_all(store, tenant, limit=limit, offset=offset)
 
 
 def list_scores(
     store: Store, job_id: str, tenant: str | None, *, metric: str | None = None,
     after_step: int = -1, limit: int = 1000,
 ) -> list[dict[str, Any]]:
-    with store.engine.connect() as conn:
-        job = _job_row(conn, job_id, tenant)
-        cols = [scores.c[n] for n in ("metric", "step", "value", "checkpoint_uri", "progress", "loss",
-                                      "ts", "received_at")]
-        query = (sa.select(*cols)
-                 .where(scores.c.job_id == job_id, scores.c.metric == (metric or job["metric"]),
-                        scores.c.step > after_step)
-                 .order_by(scores.c.step).limit(limit))
-        return [dict(r) for r in conn.execute(query).mappings().all()]
+    return score_store.list_after(store, job_id, tenant, metric=metric, after_step=after_step, limit=limit)
 
 
 def list_decisions(store: Store, job_id: str, tenant: str | None) -> list[dict[str, Any]]:
-    with store.engine.connect() as conn:
-        _job_row(conn, job_id, tenant)
-        query = sa.select(decisions).where(decisions.c.job_id == job_id).order_by(decisions.c.id)
-        return [dict(r) for r in conn.execute(query).mappings().all()]
+    return decision_store.list_for(store, job_id, tenant)
 
 
 def set_job_shadow(
@@ -291,9 +230,9 @@ def set_job_shadow(
     ``shadow_off``) in the same transaction, a call that changes nothing adds none."""
     actor = actor or Actor(tenant)
     with store.transaction() as conn:
-        job = lock_job(conn, job_id, tenant)
+        job = job_store.lock(conn, job_id, tenant)
         if bool(job["shadow"]) != enabled:
-            conn.execute(jobs.update().where(jobs.c.id == job_id).values(shadow=enabled))
+            job_store.update(conn, job_id, shadow=enabled)
             record(conn, job_id, actor, "shadow_on" if enabled else "shadow_off", reason, store.clock())
     return get_job(store, job_id, tenant)
 
@@ -312,30 +251,19 @@ def set_override(
         raise InvalidInput(
             f"override must be one of {', '.join(OVERRIDES)} or null. Got {override!r} instead.")
     with store.transaction() as conn:
-        job = lock_job(conn, job_id, tenant)
+        job = job_store.lock(conn, job_id, tenant)
         if override == "never_stop" and job["state"] != "running":
             raise Conflict(f"Job {job_id} is already {job['state']}; never_stop cannot undo a stop.")
         if override == "stop_now" and job["state"] == "running":
             monitor = load_monitor(conn, job, store.limits.max_history)
-            latest = conn.execute(sa.select(sa.func.max(scores.c.step)).where(
-                scores.c.job_id == job_id, scores.c.metric == job["metric"])).scalar()
+            latest = job_store.latest_step(conn, job_id, job["metric"])
             why = f"stop_now override by {actor.display}" + (f": {reason}" if reason else "")
             decide_stop(conn, job, "override", monitor, store.clock(), shadow=False, step=latest,
                         reason=why[:1000])
         if override != "stop_now" or job["state"] == "running":
-            conn.execute(jobs.update().where(jobs.c.id == job_id).values(override=override))
+            job_store.update(conn, job_id, override=override)
         record(conn, job_id, actor, override or "resume", reason, store.clock())
     return get_job(store, job_id, tenant)
-
-
-def _job_row(conn: Connection, job_id: str, tenant: str | None) -> RowMapping:
-    query = sa.select(jobs).where(jobs.c.id == job_id)
-    if tenant is not None:
-        query = query.where(jobs.c.tenant == tenant)
-    row = conn.execute(query).mappings().first()
-    if row is None:
-        raise NotFound(f"Job {job_id!r} not found.")
-    return row
 
 
 def _check_name(what: str, name: str) -> None:

@@ -22,12 +22,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy.engine import Connection, Engine
 
 from .errors import DomainError
-from .store import tenant_buckets
+from .store import Store
+from .store import bucket as bucket_store
 
 
 class RateLimited(DomainError):
@@ -136,10 +135,10 @@ class SharedTokenBuckets(TokenBuckets):
     """
 
     def __init__(
-        self, engine: Engine, lease_s: float = 0.05, clock: Callable[[], float] = time.monotonic
+        self, store: Store, lease_s: float = 0.05, clock: Callable[[], float] = time.monotonic
     ) -> None:
         super().__init__(clock)
-        self.engine, self.lease_s = engine, lease_s
+        self.store, self.lease_s = store, lease_s
         self._leased: dict[str, float] = {}  # tenant -> tokens this replica holds
         self._refused_until: dict[str, float] = {}  # tenant -> local clock until which it is over
 
@@ -177,34 +176,7 @@ class SharedTokenBuckets(TokenBuckets):
     def _lease(self, tenant: str, need: float, want: float, limits: Limits) -> tuple[float, float]:
         """Take ``want`` tokens (at least ``need``, else none) from the shared bucket; return
         (tokens granted, tokens the bucket held)."""
-        cap, rate = float(limits.burst), limits.scores_per_s
-        is_pg = self.engine.dialect.name == "postgresql"
-        now_sql = sa.func.extract("epoch", sa.func.clock_timestamp()) if is_pg else sa.literal(time.time())
-        with self.engine.begin() as conn:
-            if is_pg:
-                conn.execute(sa.text("SET LOCAL synchronous_commit = off"))
-            locked = (sa.select(tenant_buckets.c.tokens, tenant_buckets.c.at, now_sql.label("now"))
-                      .where(tenant_buckets.c.tenant == tenant).with_for_update())
-            row = conn.execute(locked).first()
-            if row is None:  # first lease: a full bucket (another replica may insert it first)
-                now = float(conn.execute(sa.select(now_sql)).scalar_one())
-                conn.execute(_insert_ignore(conn, tenant_buckets).values(tenant=tenant, tokens=cap, at=now))
-                row = conn.execute(locked).one()
-            now = float(row.now)
-            tokens = min(cap, float(row.tokens) + max(0.0, now - float(row.at)) * rate)
-            granted = min(tokens, want) if tokens >= need else 0.0
-            conn.execute(tenant_buckets.update().where(tenant_buckets.c.tenant == tenant)
-                         .values(tokens=tokens - granted, at=max(now, float(row.at))))
-        return granted, tokens
-
-
-def _insert_ignore(conn: Connection, table: sa.Table) -> Any:
-    """INSERT that does nothing when the row exists (PostgreSQL and SQLite)."""
-    from sqlalchemy.dialects import postgresql, sqlite
-
-    if conn.dialect.name == "postgresql":
-        return postgresql.insert(table).on_conflict_do_nothing()
-    return sqlite.insert(table).on_conflict_do_nothing()
+        return bucket_store.lease(self.store, tenant, need, want, float(limits.burst), limits.scores_per_s)
 
 
 def retry_after_header(seconds: float) -> str:

@@ -19,7 +19,6 @@ import re
 from collections.abc import Awaitable, Callable
 
 from pydantic import TypeAdapter, ValidationError
-from sqlalchemy.exc import OperationalError
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -28,6 +27,7 @@ from .context import ServiceContext
 from .errors import DomainError
 from .routes import Principal, ingest_reply, known_principal
 from .schemas import ScoreBatch, ScoreIn, ScoresBody
+from .store import DatabaseUnavailable
 
 #: Bodies longer than this (bytes) are parsed in a worker thread; a single score is about 60.
 BIG_BODY = 8192
@@ -68,13 +68,13 @@ class ScoresFastPath:
             # (a 1,000-score body takes 3-8 ms to parse; a single score about 20 us).
             parsed = await asyncio.to_thread(self._parse, body) if len(body) > BIG_BODY else self._parse(body)
         if parsed is None or who is None:  # not the ordinary case: FastAPI answers, from the same messages
-            await self.app(scope, _replay(message, receive), send)
+            await self.app(scope, replay(message, receive), send)
             return
         try:
             response = await ingest_reply(self.ctx, match.group(1), who, parsed)
         except DomainError as exc:
             response = await self.domain_error(Request(scope, receive), exc)
-        except OperationalError as exc:
+        except DatabaseUnavailable as exc:
             response = await self.database_error(Request(scope, receive), exc)
         await response(scope, receive, send)
 
@@ -96,15 +96,16 @@ class ScoresFastPath:
             return None  # the route parses it again and answers (400 for bad or too deeply nested JSON)
 
 
-def _replay(first: Message, receive: Receive) -> Receive:
-    """``receive`` with ``first`` (already taken from it) put back in front."""
+def replay(first: Message, receive: Receive) -> Receive:
+    """``receive`` with ``first`` (already taken from it) put back in front: the body-size limit
+    and this fast lane both read the body and hand the request on with it."""
     sent = False
 
-    async def replay() -> Message:
+    async def replayed() -> Message:
         nonlocal sent
         if not sent:
             sent = True
             return first
         return await receive()
 
-    return replay
+    return replayed

@@ -7,10 +7,11 @@ Rules (documented in the README):
   ``Limits.ingest_chunk`` scores, in order, each in its own savepoint of a commit group, and
   answered after the last: another job's score then waits for one unit, not for a whole
   1,000-score batch. On PostgreSQL a batch is one transaction. Everything that can refuse an item
-  is checked on the whole batch before the first unit (limits, finiteness, steps in order within
-  the batch), and a unit can only conflict with stored scores when every earlier unit held old
-  steps only, so a refused batch still writes nothing, except in one race: another request
-  writing later steps to the same job between two units. Then the units before stay stored
+  is checked on the whole batch before the first unit (each :class:`ScoreIn` was validated when
+  built; here the limits and the steps' order within the batch), and a unit can only conflict
+  with stored scores when every earlier unit held old steps only, so a refused batch still
+  writes nothing, except in one race: another request writing later steps to the same job
+  between two units. Then the units before stay stored
   (valid scores; a retry reports them as duplicates).
 - Steps of one metric arrive in increasing order: a new step below the latest stored step is a
   409 (a detector's past decisions are never rewritten). Re-sending an old step is fine.
@@ -26,36 +27,23 @@ Rules (documented in the README):
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
-import sqlalchemy as sa
-from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
-from sqlalchemy.engine import Connection, RowMapping
-
 from ..detectors import Monitor
-from .errors import Conflict, InvalidInput, NotFound, PayloadTooLarge
-from .monitoring import load_monitor, observe_rows, save_monitor
-from .store import Limits, Store, decisions, jobs, outbox, scores, tenants
+from .errors import Conflict, InvalidInput, PayloadTooLarge
+from .monitoring import load_monitor, observe_new
+from .score import ScoreIn
+from .store import Conn, Limits, Store
+from .store import decision as decision_store
+from .store import job as job_store
+from .store import score as score_store
 
-#: A job row as ingest reads it (a RowMapping, or a dict on the SQLite fast path).
+#: A job row as ingest reads it (a mapping of the job's columns).
 JobRow = Mapping[Any, Any]
-
-
-@dataclass(frozen=True)
-class ScoreIn:
-    """One eval score as a client or a puller reports it. ``metric`` None = the job's metric."""
-
-    step: int
-    value: float
-    checkpoint_uri: str | None = None
-    ts: float | None = None
-    metric: str | None = None
-    progress: float | None = None
-    loss: float | None = None
+__all__ = ["IngestResult", "ScoreIn", "decide_stop", "ingest_scores", "ingest_scores_async"]
 
 
 @dataclass(frozen=True)
@@ -98,7 +86,7 @@ async def ingest_scores_async(
 
 def _units(
     store: Store, job_id: str, tenant: str | None, scores_in: Sequence[ScoreIn]
-) -> list[Callable[[Connection], IngestResult]]:
+) -> list[Callable[[Conn], IngestResult]]:
     """Validate the whole batch now (refuse before queueing), and return its write units."""
     _validate(store.limits, scores_in)
     now = store.clock()
@@ -111,7 +99,7 @@ def _units(
 
 
 def _ingest_unit(
-    store: Store, job_id: str, tenant: str | None, part: Sequence[ScoreIn], now: float, conn: Connection
+    store: Store, job_id: str, tenant: str | None, part: Sequence[ScoreIn], now: float, conn: Conn
 ) -> IngestResult:
     return _ingest(store, conn, job_id, tenant, part, now)
 
@@ -129,25 +117,25 @@ def _merged(results: Sequence[IngestResult]) -> IngestResult:
 
 
 def _ingest(
-    store: Store, conn: Connection, job_id: str, tenant: str | None, scores_in: Sequence[ScoreIn], now: float
+    store: Store, conn: Conn, job_id: str, tenant: str | None, scores_in: Sequence[ScoreIn], now: float
 ) -> IngestResult:
-    job = _read_job(store, conn, job_id, tenant)
+    job = job_store.read_for_ingest(store, conn, job_id, tenant)
     # Load (or rebuild from the stored history) before inserting, so a rebuild never sees the
     # new rows, which are observed once below.
     monitor = load_monitor(conn, job, store.limits.max_history)
-    rows, duplicates = _insert_new(store, conn, job, scores_in, now)
-    if observe_rows(monitor, rows, job["metric"]) or job.get("monitor_state") is None:
-        save_monitor(conn, job_id, monitor, raw_sqlite=store.is_sqlite)
+    new, duplicates = score_store.new_scores(conn, job, scores_in)
+    changed = observe_new(monitor, new, job["metric"]) or job.get("monitor_state") is None
+    score_store.write(store, conn, job_id, new, now, monitor.to_json() if changed else None)
     verdict = monitor.verdict
     decided_now, note, state = False, verdict.reason, job["state"]
     enforced, shadow_stop = bool(job["enforced"]), bool(job["shadow_stop"])
-    if verdict.stopped and rows:
+    if verdict.stopped and new:
         decided_now, note, shadow = _maybe_decide(conn, job, monitor, now, job["detector_decided"])
         if decided_now:
             enforced, shadow_stop = enforced or not shadow, shadow_stop or shadow
             state = state if shadow else "stopping"
     return IngestResult(
-        job_id=job_id, accepted=len(rows), duplicates=duplicates,
+        job_id=job_id, accepted=len(new), duplicates=duplicates,
         decision="stop" if enforced else "continue", state=state, reason=note,
         decided_now=decided_now, shadow_stop=shadow_stop, stop_step=verdict.stop_step,
         n_evals=monitor.n_evals + monitor.n_ignored, best_step=verdict.best_step,
@@ -155,120 +143,22 @@ def _ingest(
     )
 
 
-# Statements of the ingest path, built once: SQLAlchemy then skips building the expression and
-# its cache key on every request (a third of the per-request CPU before, by profile).
-def _lock_query(scoped: bool) -> sa.Select[Any]:
-    query = (sa.select(jobs, tenants.c.shadow.label("tenant_shadow"))
-             .join(tenants, tenants.c.name == jobs.c.tenant).where(jobs.c.id == sa.bindparam("job_id"))
-             .with_for_update(of=jobs))
-    return query.where(jobs.c.tenant == sa.bindparam("tenant")) if scoped else query
-
-
-_LOCK_JOB = {scoped: _lock_query(scoped) for scoped in (False, True)}
-
-
-def _job_state(job_id: Any, metric: Any) -> list[sa.ColumnElement[Any]]:
-    """What ingest needs to know besides the job row: the watched metric's latest stored step,
-    and which decisions the job has."""
-    def decided(*where: sa.ColumnElement[bool]) -> sa.Exists:
-        return sa.exists().where(decisions.c.job_id == job_id, *where)
-
-    latest = sa.select(sa.func.max(scores.c.step)).where(scores.c.job_id == job_id, scores.c.metric == metric)
-    return [latest.scalar_subquery().label("latest"),
-            decided(decisions.c.enforced.is_(True)).label("enforced"),
-            decided(decisions.c.shadow.is_(True)).label("shadow_stop"),
-            decided(decisions.c.source == "detector").label("detector_decided")]
-
-
-#: PostgreSQL: read AFTER the row lock is granted, in a second statement, so that (read
-#: committed) it sees every commit made before the lock.
-_JOB_STATE = sa.select(*_job_state(sa.bindparam("job_id"), sa.bindparam("metric")))
-_INSERT_SCORES = scores.insert()
-_SCORE_COLUMNS = ("job_id", "metric", "step", "value", "checkpoint_uri", "progress", "loss", "ts",
-                  "received_at")
-_COPY_SCORES = f"COPY scores ({', '.join(_SCORE_COLUMNS)}) FROM STDIN"
-
-
-class _SqliteStatements:
-    """The ingest path's statements as SQLite SQL, run on the driver connection: a SQLAlchemy
-    ``execute`` cost ~40 us of CPU against ~7 us for the same statement on the sqlite3 cursor,
-    and the group commit runs every unit on one thread (profile: a third of its time). On SQLite
-    the transaction already holds the write lock (BEGIN IMMEDIATE), so the job row, its latest
-    step and its decisions are read in ONE statement."""
-
-    def __init__(self) -> None:
-        dialect = sqlite_dialect()
-        self.read = {scoped: self._compile(self._read(scoped), dialect) for scoped in (False, True)}
-        self.insert = (f"INSERT INTO scores ({', '.join(_SCORE_COLUMNS)}) "
-                       f"VALUES ({', '.join('?' for _ in _SCORE_COLUMNS)})")
-
-    @staticmethod
-    def _read(scoped: bool) -> sa.Select[Any]:
-        names = ("id", "metric", "detector", "state", "override", "shadow", "monitor_state")
-        cols = [jobs.c[n] for n in names]
-        state = _job_state(jobs.c.id, jobs.c.metric)
-        query = (sa.select(*cols, tenants.c.shadow.label("tenant_shadow"), *state)
-                 .join(tenants, tenants.c.name == jobs.c.tenant).where(jobs.c.id == sa.bindparam("job_id")))
-        return query.where(jobs.c.tenant == sa.bindparam("tenant")) if scoped else query
-
-    @staticmethod
-    def _compile(query: sa.Select[Any], dialect: Any) -> tuple[str, tuple[str, ...], dict[str, Any]]:
-        compiled = query.compile(dialect=dialect)
-        return compiled.string, tuple(compiled.positiontup or ()), dict(compiled.params)
-
-    def read_job(self, raw: Any, job_id: str, tenant: str | None) -> dict[str, Any] | None:
-        sql, names, defaults = self.read[tenant is not None]
-        given = {"job_id": job_id, "tenant": tenant}
-        cursor = raw.execute(sql, [given[n] if n in given else defaults[n] for n in names])
-        row = cursor.fetchone()
-        return None if row is None else dict(zip((d[0] for d in cursor.description), row, strict=True))
-
-
-_SQLITE = _SqliteStatements()
-
-
-def _read_job(store: Store, conn: Connection, job_id: str, tenant: str | None) -> JobRow:
-    """The job row (locked for this transaction), its tenant's shadow flag, and :func:`_job_state`."""
-    if store.is_sqlite:
-        job = _SQLITE.read_job(conn.connection.driver_connection, job_id, tenant)
-        if job is None:
-            raise NotFound(f"Job {job_id!r} not found.")
-        return job
-    row = lock_job(conn, job_id, tenant)
-    return {**row, **conn.execute(_JOB_STATE, {"job_id": job_id, "metric": row["metric"]}).one()._mapping}
-
-
-def lock_job(conn: Connection, job_id: str, tenant: str | None) -> RowMapping:
-    """The job row joined with its tenant's shadow flag, locked for this transaction."""
-    params = {"job_id": job_id} if tenant is None else {"job_id": job_id, "tenant": tenant}
-    row = conn.execute(_LOCK_JOB[tenant is not None], params).mappings().first()
-    if row is None:
-        raise NotFound(f"Job {job_id!r} not found.")
-    return row
-
-
 def decide_stop(
-    conn: Connection, job: JobRow, source: str, monitor: Monitor, now: float, *, shadow: bool, reason: str,
+    conn: Conn, job: JobRow, source: str, monitor: Monitor, now: float, *, shadow: bool, reason: str,
     step: int | None,
 ) -> int:
     """Record a stop decision at ``step``, with the monitor's best checkpoint; unless
     ``shadow``, enqueue its enforcement and mark the job stopping."""
     verdict = monitor.verdict
-    decision_id = conn.execute(decisions.insert().values(
-        job_id=job["id"], source=source, decision="stop", shadow=shadow, enforced=not shadow,
-        reason=reason, detector=job["detector"], step=step,
-        n_evals=monitor.n_evals + monitor.n_ignored, best_step=verdict.best_step,
-        best_score=verdict.best_score, best_checkpoint_uri=monitor.best_checkpoint, created_at=now,
-    )).inserted_primary_key[0]  # type: ignore[index]
-    if not shadow:
-        conn.execute(outbox.insert().values(decision_id=decision_id, job_id=job["id"], phase="pin",
-                                            attempts=0, next_attempt_at=now, created_at=now))
-        conn.execute(jobs.update().where(jobs.c.id == job["id"]).values(state="stopping"))
-    return int(decision_id)
+    return decision_store.record_stop(
+        conn, job["id"], now, enqueue=not shadow, source=source, shadow=shadow, enforced=not shadow,
+        reason=reason, detector=job["detector"], step=step, n_evals=monitor.n_evals + monitor.n_ignored,
+        best_step=verdict.best_step, best_score=verdict.best_score,
+        best_checkpoint_uri=monitor.best_checkpoint)
 
 
 def _maybe_decide(
-    conn: Connection, job: JobRow, monitor: Monitor, now: float, decided: bool
+    conn: Conn, job: JobRow, monitor: Monitor, now: float, decided: bool
 ) -> tuple[bool, str, bool]:
     """Decide the stop the rule asks for unless the job has a detector decision (``decided``)
     already; return whether it was decided now, the reason to report, and whether it is shadow."""
@@ -283,83 +173,17 @@ def _maybe_decide(
     return True, verdict.reason + (" (shadow mode: recorded, not enforced)" if shadow else ""), shadow
 
 
-def _insert_new(
-    store: Store, conn: Connection, job: JobRow, items: Sequence[ScoreIn], now: float
-) -> tuple[list[dict[str, Any]], int]:
-    """Insert the new scores; return them and the number of duplicates. ``job["latest"]`` is
-    the latest stored step of the job's watched metric (other metrics are looked up here)."""
-    watched_latest = job["latest"]
-    by_metric: dict[str, list[tuple[int, ScoreIn]]] = {}
-    for i, item in enumerate(items):
-        by_metric.setdefault(item.metric or job["metric"], []).append((i, item))
-    rows: list[dict[str, Any]] = []
-    duplicates = 0
-    for metric, group in by_metric.items():
-        latest = watched_latest if metric == job["metric"] else conn.execute(
-            sa.select(sa.func.max(scores.c.step)).where(
-                scores.c.job_id == job["id"], scores.c.metric == metric)).scalar()
-        new, dup = _new_rows(conn, job["id"], metric, group, now, latest)
-        rows += new
-        duplicates += dup
-    if rows and store.is_sqlite:
-        raw = conn.connection.driver_connection
-        assert raw is not None
-        raw.executemany(_SQLITE.insert, [tuple(r[c] for c in _SCORE_COLUMNS) for r in rows])
-    elif rows and conn.dialect.driver == "psycopg":
-        # COPY: one statement for the unit (executemany sends one INSERT per row, and the
-        # server's per-statement work was most of a 100-score unit, by profile)
-        raw = conn.connection.driver_connection
-        with raw.cursor() as cursor, cursor.copy(_COPY_SCORES) as copy:  # type: ignore[union-attr]
-            for r in rows:
-                copy.write_row(tuple(r[c] for c in _SCORE_COLUMNS))
-    elif rows:
-        conn.execute(_INSERT_SCORES, rows)
-    return rows, duplicates
-
-
-def _new_rows(
-    conn: Connection, job_id: str, metric: str, group: list[tuple[int, ScoreIn]], now: float,
-    latest: int | None,
-) -> tuple[list[dict[str, Any]], int]:
-    steps = {it.step for _, it in group}
-    stored: dict[int, float] = {}
-    if latest is not None and min(steps) <= latest:  # else all new: the common case, no query
-        stored = dict(conn.execute(sa.select(scores.c.step, scores.c.value).where(
-            scores.c.job_id == job_id, scores.c.metric == metric, scores.c.step.in_(steps))).all())
-    rows, duplicates = [], 0
-    for i, item in group:
-        if item.step in stored:
-            if stored[item.step] != item.value:
-                raise Conflict(f"scores[{i}]: step {item.step} of metric {metric!r} already has value "
-                               f"{stored[item.step]!r}; got {item.value!r}. A stored score cannot change.")
-            duplicates += 1
-            continue
-        if latest is not None and item.step < latest:
-            raise Conflict(f"scores[{i}]: step {item.step} of metric {metric!r} is out of order: it comes "
-                           f"after step {latest}. Send steps in increasing order.")
-        rows.append({"job_id": job_id, "metric": metric, "step": item.step, "value": item.value,
-                     "checkpoint_uri": item.checkpoint_uri, "progress": item.progress, "loss": item.loss,
-                     "ts": item.ts, "received_at": now})
-        stored[item.step], latest = item.value, item.step
-    return rows, duplicates
-
-
 def _validate(limits: Limits, items: Sequence[ScoreIn]) -> None:
+    """What a :class:`ScoreIn` cannot check by itself: the batch size, the configured
+    ``max_step``, and the order of steps within the batch."""
     if not items:
         raise InvalidInput("scores: at least one score is required.")
     if len(items) > limits.max_batch:
         raise PayloadTooLarge(f"scores: a batch holds at most {limits.max_batch} scores. Got {len(items)}.")
     for i, item in enumerate(items):
-        step_ok = isinstance(item.step, int) and not isinstance(item.step, bool)
-        if not (step_ok and 0 <= item.step <= limits.max_step):
+        if item.step > limits.max_step:
             raise InvalidInput(
                 f"scores[{i}].step must be an int in [0, {limits.max_step}]. Got {item.step!r}.")
-        for name in ("value", "ts", "progress", "loss"):
-            value = getattr(item, name)
-            if (value is not None or name == "value") and not _finite(value):
-                raise InvalidInput(f"scores[{i}].{name} must be a finite number. Got {value!r}.")
-        if item.metric is not None and not 0 < len(item.metric) <= 200:
-            raise InvalidInput(f"scores[{i}].metric must be 1-200 characters. Got {item.metric!r}.")
     _check_order(items)
 
 
@@ -376,7 +200,3 @@ def _check_order(items: Sequence[ScoreIn]) -> None:
             raise Conflict(f"scores[{i}]: step {item.step} of metric {item.metric or 'watched'!r} appears "
                            f"twice with values {before.value!r} and {item.value!r}.")
         last[item.metric] = item
-
-
-def _finite(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

@@ -9,18 +9,14 @@ gets its monitor built once from its stored history, then persisted.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
-
-from ..detectors import Detector, Eval, Monitor, parse_spec
-from .store import jobs, scores
-
-_UPDATE_SQLITE = "UPDATE jobs SET monitor_state = ? WHERE id = ?"
+from ..detectors import Detector, Monitor, parse_spec
+from .score import ScoreIn
+from .store import Conn
+from .store import score as score_store
 
 
 @lru_cache(maxsize=1024)
@@ -33,7 +29,7 @@ def new_monitor_state(detector: Detector) -> dict[str, Any]:
     return Monitor(detector).to_json()
 
 
-def load_monitor(conn: Connection, job: Mapping[Any, Any], max_history: int) -> Monitor:
+def load_monitor(conn: Conn, job: Mapping[Any, Any], max_history: int) -> Monitor:
     """The job's monitor as stored (a dict, or JSON text on SQLite's raw path), or rebuilt from
     the stored history when there is none."""
     detector = detector_for(job["detector"])
@@ -41,30 +37,15 @@ def load_monitor(conn: Connection, job: Mapping[Any, Any], max_history: int) -> 
     if saved is not None:
         return Monitor.from_json(saved, detector)
     monitor = Monitor(detector)
-    cols = (scores.c.step, scores.c.value, scores.c.progress, scores.c.loss, scores.c.checkpoint_uri)
-    query = (sa.select(*cols).where(scores.c.job_id == job["id"], scores.c.metric == job["metric"])
-             .order_by(scores.c.step).limit(max_history))
-    rows = conn.execute(query).all()
-    monitor.observe_many([Eval(r.step, r.value, r.progress, r.loss) for r in rows],
-                         [r.checkpoint_uri for r in rows])
+    history = score_store.history(conn, job["id"], job["metric"], max_history)
+    monitor.observe_many([s.to_eval() for s in history], [s.checkpoint_uri for s in history])
     return monitor
 
 
-def observe_rows(monitor: Monitor, rows: Sequence[Mapping[str, Any]], metric: str) -> bool:
-    """Fold the new score rows of ``metric`` (in step order) into ``monitor``; True if any."""
-    watched = [r for r in rows if r["metric"] == metric]
+def observe_new(monitor: Monitor, new: Sequence[ScoreIn], metric: str) -> bool:
+    """Fold the new scores of ``metric`` (in step order; each names its metric) into ``monitor``;
+    True if any."""
+    watched = [s for s in new if s.metric == metric]
     if watched:
-        monitor.observe_many([Eval(r["step"], r["value"], r["progress"], r["loss"]) for r in watched],
-                             [r["checkpoint_uri"] for r in watched])
+        monitor.observe_many([s.to_eval() for s in watched], [s.checkpoint_uri for s in watched])
     return bool(watched)
-
-
-def save_monitor(conn: Connection, job_id: str, monitor: Monitor, *, raw_sqlite: bool) -> None:
-    """Write the monitor back to the job row (inside the caller's transaction)."""
-    state = monitor.to_json()
-    if raw_sqlite:
-        raw = conn.connection.driver_connection
-        assert raw is not None
-        raw.execute(_UPDATE_SQLITE, (json.dumps(state, allow_nan=False), job_id))
-    else:
-        conn.execute(jobs.update().where(jobs.c.id == job_id).values(monitor_state=state))

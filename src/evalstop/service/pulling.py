@@ -31,17 +31,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy.engine import make_url
+from pydantic import ValidationError
 
 from evalstop._validation import InvalidParameterError, check_choice, check_float
 
 from .background import DaemonLoop
 from .errors import Conflict, InvalidInput
-from .ingest import ScoreIn, ingest_scores
+from .ingest import ingest_scores
 from .leader import Leadership
 from .pull import POLLERS, Cursor, Poller, ScoreRecord, make_poller, run_pollers
 from .pull_schema import PULL
-from .store import Store
+from .score import ScoreIn
+from .store import Store, sqlite_file
 
 log = logging.getLogger("evalstop.service.pulling")
 
@@ -137,10 +138,8 @@ def _no_sink(_job_id: str, _records: Sequence[ScoreRecord]) -> None:  # pragma: 
 
 def default_cursor_dir(database_url: str) -> Path | None:
     """``<database directory>/evalstop-pull`` for a SQLite file; None for anything else."""
-    url = make_url(database_url)
-    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
-        return None
-    return Path(str(url.database)).resolve().parent / "evalstop-pull"
+    path = sqlite_file(database_url)
+    return None if path is None else path.resolve().parent / "evalstop-pull"
 
 
 class IngestSink:
@@ -151,7 +150,7 @@ class IngestSink:
         self.store = store
 
     def __call__(self, job_id: str, records: Sequence[ScoreRecord]) -> None:
-        items = [ScoreIn(r.step, r.value, r.checkpoint_uri, r.ts) for r in records]
+        items = [item for r in records if (item := _score(job_id, r)) is not None]
         size = self.store.limits.max_batch
         for start in range(0, len(items), size):  # a long history is sent in batches the store takes
             batch = items[start:start + size]
@@ -166,6 +165,17 @@ class IngestSink:
                 ingest_scores(self.store, job_id, None, [item])
             except (InvalidInput, Conflict) as exc:
                 log.warning("job %s: pulled score at step %d refused, dropped: %s", job_id, item.step, exc)
+
+
+def _score(job_id: str, record: ScoreRecord) -> ScoreIn | None:
+    """The record as a score, or None (logged, dropped) when a field is invalid (a NaN value)."""
+    try:
+        return ScoreIn(step=record.step, value=record.value, checkpoint_uri=record.checkpoint_uri,
+                       ts=record.ts)
+    except ValidationError as exc:
+        log.warning("job %s: pulled score at step %r refused, dropped: %s", job_id, record.step,
+                    exc.errors()[0]["msg"])
+        return None
 
 
 @dataclass

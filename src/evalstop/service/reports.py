@@ -17,9 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-import sqlalchemy as sa
-
-from .store import Store, decisions, jobs, scores, tenants
+from .store import Store
+from .store import report as report_store
 
 SECONDS_PER_HOUR = 3600.0
 
@@ -34,21 +33,6 @@ def gpu_hours_saved(
             "expected_duration"
     seen = stop_at if last_seen is None else last_seen
     return gpus * max(0.0, seen - stop_at) / SECONDS_PER_HOUR, "lower_bound"
-
-
-def _tenant_names(conn: sa.Connection, tenant: str | None) -> list[str]:
-    if tenant is not None:
-        return [tenant]
-    return [str(n) for n in conn.execute(sa.select(tenants.c.name).order_by(tenants.c.name)).scalars()]
-
-
-def _last_seen() -> sa.ScalarSelect[Any]:
-    return (sa.select(sa.func.max(scores.c.received_at)).where(scores.c.job_id == jobs.c.id)
-            .scalar_subquery())
-
-
-_JOB_COLS = (jobs.c.id, jobs.c.tenant, jobs.c.name, jobs.c.gpus, jobs.c.created_at,
-             jobs.c.expected_duration_s, jobs.c.state)
 
 
 def _job_entry(row: Any, stop_at: float, **extra: Any) -> dict[str, Any]:
@@ -69,17 +53,7 @@ def _group(
 
 def shadow_summary(store: Store, tenant: str | None) -> list[dict[str, Any]]:
     """Per tenant: the jobs a shadow decision would have stopped, and the GPU-hours that saves."""
-    query = (sa.select(*_JOB_COLS, _last_seen().label("last_seen"), decisions.c.step,
-                       decisions.c.reason, decisions.c.created_at.label("decided_at"))
-             .join(decisions, decisions.c.job_id == jobs.c.id)
-             .where(decisions.c.shadow.is_(True), decisions.c.source == "detector")
-             .order_by(decisions.c.created_at, jobs.c.id))
-    if tenant is not None:
-        query = query.where(jobs.c.tenant == tenant)
-    with store.engine.connect() as conn:
-        names = _tenant_names(conn, tenant)
-        shadow_flags = dict(conn.execute(sa.select(tenants.c.name, tenants.c.shadow)).all())
-        rows = conn.execute(query).all()
+    names, shadow_flags, rows = report_store.shadow_decisions(store, tenant)
     entries = [(r.tenant, _job_entry(r, r.decided_at, step=r.step, reason=r.reason)) for r in rows]
     return [{"tenant": name, "shadow": bool(shadow_flags.get(name, False)), "would_stop_jobs": len(found),
              "gpu_hours": sum(e["gpu_hours"] for e in found),
@@ -90,14 +64,7 @@ def shadow_summary(store: Store, tenant: str | None) -> list[dict[str, Any]]:
 def reclaimed(store: Store, tenant: str | None) -> list[dict[str, Any]]:
     """Per tenant: the jobs whose stop was enforced and confirmed, the GPU-hours reclaimed, and
     the cumulative total after each stop (``series``, in stop order)."""
-    query = (sa.select(*_JOB_COLS, _last_seen().label("last_seen"), jobs.c.stopped_at)
-             .where(jobs.c.state == "stopped", jobs.c.stopped_at.is_not(None))
-             .order_by(jobs.c.stopped_at, jobs.c.id))
-    if tenant is not None:
-        query = query.where(jobs.c.tenant == tenant)
-    with store.engine.connect() as conn:
-        names = _tenant_names(conn, tenant)
-        rows = conn.execute(query).all()
+    names, rows = report_store.stopped_jobs(store, tenant)
     entries = [(r.tenant, _job_entry(r, r.stopped_at)) for r in rows]
     out = []
     for name, found in _group(names, entries).items():

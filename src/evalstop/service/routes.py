@@ -16,7 +16,6 @@ from starlette.concurrency import run_in_threadpool
 from . import controls, domain, reports
 from .context import ServiceContext
 from .errors import Forbidden, InvalidInput
-from .ingest import ScoreIn as DomainScore
 from .schemas import (
     DecisionOut,
     IngestOut,
@@ -172,21 +171,13 @@ async def ingest_reply(
     if who.tenant is not None:
         await _admit(ctx, who.tenant, items)
     started = time.perf_counter()
-    if len(items) > ctx.store.limits.ingest_chunk:  # a big batch: converted and checked off the loop
-        scores = await asyncio.to_thread(_domain_scores, items)
-    else:
-        scores = _domain_scores(items)
-    result = await domain.ingest_scores_async(ctx.store, job_id, who.tenant, scores)
+    result = await domain.ingest_scores_async(ctx.store, job_id, who.tenant, items)
     ctx.metrics.ingest_latency.observe(time.perf_counter() - started)
     ctx.metrics.scores_ingested.inc(result.accepted)
     if result.decided_now:
         ctx.metrics.decisions.labels(source="detector", shadow=str(result.shadow_stop).lower()).inc()
     reply = {name: getattr(result, name) for name in INGEST_FIELDS}
     return Response(_json(reply), media_type="application/json")
-
-
-def _domain_scores(items: list[ScoreIn]) -> list[DomainScore]:
-    return [DomainScore(s.step, s.value, s.checkpoint_uri, s.ts, s.metric, s.progress, s.loss) for s in items]
 
 
 async def _admit(ctx: ServiceContext, tenant: str, items: list[ScoreIn]) -> None:

@@ -9,11 +9,10 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictInt, Tag
 from ..detectors import DEFAULT_SPEC
 from .fairness import Quota
 from .scopes import TenantScope
+from .score import ScoreIn as ScoreIn  # the score body is the domain's own type (re-exported)
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
-#: A JSON number and nothing else: no "0.5" strings, no booleans (true is not 1.0). Ints are fine.
-StrictNumber = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 
 
 class Body(BaseModel):
@@ -105,17 +104,6 @@ class JobOut(BaseModel):
     n_evals: int = 0
     last_step: int | None = None
     deliveries: list[Delivery] = Field(default_factory=list)
-
-
-class ScoreIn(Body):
-    step: StrictInt = Field(ge=0, description="Training step of the eval; increasing per metric.")
-    value: StrictNumber
-    checkpoint_uri: str | None = Field(default=None, max_length=2000)
-    ts: StrictNumber | None = None
-    metric: str | None = Field(default=None, min_length=1, max_length=200,
-                               description="Defaults to the job's watched metric.")
-    progress: Annotated[StrictNumber, Field(ge=0, le=1)] | None = None
-    loss: StrictNumber | None = None
 
 
 class ScoreBatch(Body):

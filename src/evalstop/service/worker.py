@@ -14,20 +14,22 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-
-import sqlalchemy as sa
-from sqlalchemy.engine import RowMapping
 
 from .adapters._base import AdapterError, EnforcementAdapter, JobRef
 from .background import DaemonLoop
 from .metrics import ServiceMetrics
-from .store import Store, decisions, delivery_events, jobs, outbox, tenants
+from .store import Conn, Store
+from .store import delivery as delivery_store
+from .store import job as job_store
+from .store.delivery import TERMINAL
 from .targets import AdapterRegistry, UnknownTarget
 
+RowMapping = Mapping[Any, Any]
+
 log = logging.getLogger("evalstop.service.worker")
-TERMINAL = ("done", "failed")
 GRACE_POLL_S = 1.0
 
 
@@ -86,21 +88,7 @@ class Worker(DaemonLoop):
         picked with ``FOR UPDATE SKIP LOCKED``, so replicas claiming at once take different rows
         without waiting on each other; the epoch is bumped by every claim, and every later write
         of this worker names it, so a worker whose lease was taken over writes nothing more."""
-        now = self.store.clock()
-        free = sa.or_(outbox.c.lease_until.is_(None), outbox.c.lease_until < now)
-        query = (sa.select(outbox.c.id, outbox.c.lease_epoch)
-                 .where(outbox.c.phase.not_in(TERMINAL), outbox.c.next_attempt_at <= now, free)
-                 .order_by(outbox.c.next_attempt_at).limit(1))
-        if not self.store.is_sqlite:
-            query = query.with_for_update(skip_locked=True)
-        with self.store.transaction() as conn:
-            row = conn.execute(query).first()
-            if row is None:
-                return None
-            epoch = int(row.lease_epoch) + 1
-            conn.execute(outbox.update().where(outbox.c.id == row.id, outbox.c.lease_epoch == row.lease_epoch)
-                         .values(lease_until=now + self.lease_s, lease_owner=self.owner, lease_epoch=epoch))
-        return int(row.id), epoch
+        return delivery_store.claim(self.store, self.store.clock(), self.lease_s, self.owner)
 
     def _advance(self, row_id: int, epoch: int) -> None:
         try:
@@ -110,7 +98,7 @@ class Worker(DaemonLoop):
 
     def _advance_fenced(self, row_id: int, epoch: int) -> None:
         self.epoch = epoch
-        row, job, uri, scope = self._load(row_id)
+        row, job, uri, scope = delivery_store.load(self.store, row_id)
         ref = JobRef(job["id"], job["tenant"], job["external_ref"], dict(job["target_options"] or {}),
                      scope=scope or {})
         phase = row["phase"]
@@ -162,16 +150,8 @@ class Worker(DaemonLoop):
         raise RuntimeError(f"outbox row {row['id']} has unknown phase {phase!r}")
 
     # -- persistence --------------------------------------------------------------------------
-    def _load(self, row_id: int) -> tuple[RowMapping, RowMapping, str | None, dict[str, Any] | None]:
-        with self.store.engine.connect() as conn:
-            row = conn.execute(sa.select(outbox).where(outbox.c.id == row_id)).mappings().one()
-            job = conn.execute(sa.select(jobs).where(jobs.c.id == row["job_id"])).mappings().one()
-            uri = conn.execute(sa.select(decisions.c.best_checkpoint_uri)
-                               .where(decisions.c.id == row["decision_id"])).scalar()
-            scope = conn.execute(sa.select(tenants.c.scope).where(tenants.c.name == job["tenant"])).scalar()
-        return row, job, uri, scope
-
-    def _set(self, row_id: int, event: dict[str, Any] | None = None, conn: Any = None, **values: Any) -> None:
+    def _set(self, row_id: int, event: dict[str, Any] | None = None, conn: Conn | None = None,
+             **values: Any) -> None:
         """Update the row if this worker's lease (its fencing epoch) still holds it, else raise
         :class:`LeaseLost`; with ``event``, add a line to its delivery history
         (``delivery_events``) in the same transaction."""
@@ -179,16 +159,12 @@ class Worker(DaemonLoop):
             with self.store.transaction() as conn:
                 self._set(row_id, event, conn, **values)
             return
-        fenced = outbox.update().where(outbox.c.id == row_id, outbox.c.lease_epoch == self.epoch)
-        if conn.execute(fenced.values(**values)).rowcount != 1:
+        if not delivery_store.update(conn, row_id, self.epoch, values, event, self.store.clock()):
             raise LeaseLost(row_id)
-        if event is not None:
-            _add_event(conn, row_id, event, self.store.clock())
 
     def _signalled_at(self, row_id: int) -> float:
-        with self.store.engine.connect() as conn:
-            value = conn.execute(sa.select(outbox.c.signalled_at).where(outbox.c.id == row_id)).scalar()
-        return float(value if value is not None else self.store.clock())
+        value = delivery_store.signalled_at(self.store, row_id)
+        return value if value is not None else float(self.store.clock())
 
     def _save(self, row_id: int, phase: str, wait_until: float | None, *, entered: bool = True) -> None:
         values: dict[str, Any] = {"phase": phase, "attempts": 0, "last_error": None,
@@ -201,7 +177,7 @@ class Worker(DaemonLoop):
     def _delivered(self, row_id: int, job: RowMapping, now: float) -> None:
         with self.store.transaction() as conn:
             self._set(row_id, None, conn, delivered_at=now)
-            conn.execute(jobs.update().where(jobs.c.id == job["id"]).values(state="stopped", stopped_at=now))
+            job_store.update(conn, job["id"], state="stopped", stopped_at=now)
         if self.metrics is not None:
             self.metrics.stops_enforced.labels(target=job["target"]).inc()
             if job["expected_duration_s"] is not None:
@@ -210,10 +186,8 @@ class Worker(DaemonLoop):
         log.info("stop delivered: job=%s target=%s", job["id"], job["target"])
 
     def _failed_attempt(self, row_id: int, row: RowMapping, job: RowMapping, exc: Exception) -> None:
-        with self.store.engine.connect() as conn:
-            query = sa.select(outbox.c.attempts, outbox.c.phase).where(outbox.c.id == row_id)
-            attempts, phase = conn.execute(query).one()
-        attempts = int(attempts) + 1
+        attempts, phase = delivery_store.attempts_and_phase(self.store, row_id)
+        attempts += 1
         retryable = isinstance(exc, UnknownTarget) or bool(getattr(exc, "retryable", False))
         message = f"{type(exc).__name__}: {exc}"[:1000]
         if self.metrics is not None:
@@ -229,11 +203,4 @@ class Worker(DaemonLoop):
         with self.store.transaction() as conn:
             event = {"phase": "failed", "attempts": attempts, "error": f"in {phase}: {message}"[:1000]}
             self._set(row_id, event, conn, phase="failed", **values)
-            conn.execute(jobs.update().where(jobs.c.id == job["id"]).values(state="stop_failed"))
-
-
-def _add_event(conn: Any, row_id: int, event: dict[str, Any], now: float) -> None:
-    """One line of a stop's delivery history (see :mod:`evalstop.service.controls`)."""
-    job_id = sa.select(outbox.c.job_id).where(outbox.c.id == row_id).scalar_subquery()
-    conn.execute(delivery_events.insert().values(outbox_id=row_id, job_id=job_id, created_at=now,
-                                                 **{"error": None, **event}))
+            job_store.update(conn, job["id"], state="stop_failed")

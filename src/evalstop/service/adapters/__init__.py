@@ -17,7 +17,7 @@ __all__ = ["ADAPTERS", "AdapterError", "EnforcementAdapter", "JobRef", "NotOwned
 # name -> (module, class or factory); modules are imported only when an adapter is built.
 ADAPTERS: dict[str, tuple[str, str]] = {
     "ray": ("evalstop.service.adapters._ray", "RayJobsAdapter"),
-    "slurm": ("evalstop.service.adapters._slurm", "make_slurm_adapter"),
+    "slurm": ("evalstop.service.adapters._slurm_pick", "make_slurm_adapter"),
     "kubernetes": ("evalstop.service.adapters._kubernetes", "KubernetesAdapter"),
     "webhook": ("evalstop.service.adapters._webhook", "WebhookAdapter"),
     "dry-run": ("evalstop.service.adapters._dryrun", "DryRunAdapter"),

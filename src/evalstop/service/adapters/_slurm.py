@@ -95,15 +95,6 @@ def parse_show_job(text: str) -> list[dict[str, str]]:
     return records
 
 
-def make_slurm_adapter(settings: Mapping[str, Any]) -> EnforcementAdapter:
-    """The registry's ``slurm``: slurmrestd when ``rest_url``/``rest_socket`` is set, else the CLI."""
-    if settings.get("rest_url") or settings.get("rest_socket"):
-        from evalstop.service.adapters._slurm_rest import SlurmRestAdapter
-
-        return SlurmRestAdapter(settings)
-    return SlurmAdapter(settings)
-
-
 class SlurmAdapter(EnforcementAdapter):
     name = "slurm"
 

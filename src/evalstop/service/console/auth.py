@@ -19,10 +19,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import sqlalchemy as sa
-
 from ..settings import ServiceSettings
-from ..store import Store, tenants
+from ..store import Store
+from ..store import tenant as tenant_store
 
 SESSION_COOKIE = "evalstop_session"
 LOGIN_COOKIE = "evalstop_login_csrf"
@@ -68,12 +67,7 @@ class ConsoleAuth:
         return Session(tenant, digest, name.strip()[:80], secrets.token_urlsafe(24), self.clock() + SESSION_S)
 
     def _tenant_for_hash(self, digest: str) -> str | None:
-        with self.store.engine.connect() as conn:
-            row = conn.execute(sa.select(tenants.c.name, tenants.c.token_hash)
-                               .where(tenants.c.token_hash == digest)).first()
-        if row is None or not hmac.compare_digest(row.token_hash, digest):
-            return None
-        return str(row.name)
+        return tenant_store.for_token_hash(self.store, digest)
 
     # -- the cookie ----------------------------------------------------------------------------
     def encode(self, s: Session) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from .store import metadata
+from .tables import metadata
 
 SCRIPTS = Path(__file__).with_name("migrations")
 BASELINE = "0001"

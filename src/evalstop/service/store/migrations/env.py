@@ -1,11 +1,11 @@
-"""Alembic environment: always run by :func:`evalstop.service.migrate.upgrade` on a connection
+"""Alembic environment: always run by :func:`evalstop.service.store.migrate.upgrade` on a connection
 it passes in (``config.attributes["connection"]``); there is no alembic.ini."""
 
 from __future__ import annotations
 
 from alembic import context
 
-from evalstop.service.store import metadata
+from evalstop.service.store.tables import metadata
 
 connection = context.config.attributes["connection"]
 context.configure(connection=connection, target_metadata=metadata,

@@ -1,0 +1,73 @@
+"""Where one single-score ingest spends its time: N ingests in this process (the domain call, no
+HTTP), timed, optionally under cProfile.
+
+    .venv/bin/python bench/ingest_profile.py --db postgresql -n 2000            # wall and CPU per score
+    .venv/bin/python bench/ingest_profile.py --db sqlite --no-group-commit --profile
+
+``--db postgresql`` starts a throwaway PostgreSQL as ``bench/service_load.py`` does. CPU is this
+process's (the database server's is not counted). ``--no-group-commit`` runs SQLite's write on
+the calling thread, so that the profile sees it (with group commit it runs on the committer's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from service_load import start_postgres
+
+from evalstop.service import domain
+from evalstop.service.score import ScoreIn
+from evalstop.service.store import open_store
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--db", choices=["sqlite", "postgresql"], default="sqlite")
+    p.add_argument("-n", type=int, default=2000, help="single-score ingests to time")
+    p.add_argument("--profile", action="store_true", help="print the 25 heaviest calls (cumulative)")
+    p.add_argument("--no-group-commit", action="store_true")
+    args = p.parse_args(argv)
+    stop = None
+    if args.db == "sqlite":
+        url = f"sqlite:///{tempfile.mkdtemp()}/profile.db"
+    else:
+        url, stop = start_postgres()
+    store = open_store(url, group_commit=not args.no_group_commit)
+    try:
+        domain.create_tenant(store, "t")
+        spec = domain.JobSpec(external_ref="e1", target="dryrun", detector="evalstop:k=1000000")
+        job_id = domain.register_job(store, "t", spec)["id"]
+        for step in range(200):  # warm up: caches, prepared statements
+            domain.ingest_scores(store, job_id, "t", [ScoreIn(step=step, value=0.5)])
+        profile = cProfile.Profile() if args.profile else None
+        t0, c0 = time.perf_counter(), time.process_time()
+        if profile is not None:
+            profile.enable()
+        for step in range(200, 200 + args.n):
+            domain.ingest_scores(store, job_id, "t", [ScoreIn(step=step, value=0.5)])
+        if profile is not None:
+            profile.disable()
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        print(f"{args.db}: {args.n} single-score ingests: wall {1000 * wall / args.n:.3f} ms, "
+              f"CPU of this process {1000 * cpu / args.n:.3f} ms per score; load {os.getloadavg()[0]:.1f}"
+              + (" (under cProfile)" if profile is not None else ""))
+        if profile is not None:
+            pstats.Stats(profile).sort_stats("cumulative").print_stats(25)
+    finally:
+        store.dispose()
+        if stop is not None:
+            stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

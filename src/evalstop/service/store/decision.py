@@ -1,0 +1,32 @@
+"""The decisions aggregate: write a stop decision and, when it is enforced, enqueue its stop
+(outbox row, job ``stopping``) in the same transaction; read a job's decisions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from .engine import Store
+from .job import row as job_row
+from .tables import decisions, jobs, outbox
+
+
+def record_stop(conn: Connection, job_id: str, now: float, *, enqueue: bool, **fields: Any) -> int:
+    """Insert a stop decision (``fields``: the ``decisions`` columns besides id, job, time) and,
+    if ``enqueue``, its outbox row; the job becomes ``stopping``. Returns the decision id."""
+    decision_id = conn.execute(decisions.insert().values(
+        job_id=job_id, decision="stop", created_at=now, **fields)).inserted_primary_key[0]  # type: ignore[index]
+    if enqueue:
+        conn.execute(outbox.insert().values(decision_id=decision_id, job_id=job_id, phase="pin",
+                                            attempts=0, next_attempt_at=now, created_at=now))
+        conn.execute(jobs.update().where(jobs.c.id == job_id).values(state="stopping"))
+    return int(decision_id)
+
+
+def list_for(store: Store, job_id: str, tenant: str | None) -> list[dict[str, Any]]:
+    with store.reading() as conn:
+        job_row(conn, job_id, tenant)
+        query = sa.select(decisions).where(decisions.c.job_id == job_id).order_by(decisions.c.id)
+        return [dict(r) for r in conn.execute(query).mappings().all()]

@@ -1,0 +1,168 @@
+"""The engine and its transactions, set up the same way for SQLite and PostgreSQL: the one place
+that decides which database this is (:func:`open_store` picks the :mod:`.dialect`).
+
+SQLite runs in WAL mode with ``synchronous=FULL`` by default (every acknowledged commit survives
+power loss) and a busy timeout; :meth:`Store.transaction` begins ``IMMEDIATE`` so a transaction
+that will write takes the write lock up front instead of failing on upgrade (reads begin
+deferred and, in WAL mode, never wait for a writer). On PostgreSQL, writers to one job
+serialise on ``SELECT ... FOR UPDATE`` of the job row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import OperationalError
+
+from .commit import GroupCommitter
+from .dialect import Dialect, Postgres, Sqlite
+from .migrate import upgrade
+
+T = TypeVar("T")
+#: The handle of an open transaction, as layers above the store pass it back into store functions.
+Conn = Connection
+#: The database is unreachable or refused the operation (the service answers 503, retry later).
+DatabaseUnavailable = OperationalError
+
+@dataclass(frozen=True)
+class Limits:
+    """Input limits the domain layer enforces (from the settings)."""
+
+    max_batch: int = 1000
+    max_step: int = 10**12
+    max_history: int = 100_000
+    #: A batch is written in units of at most this many scores (see ``ingest.ingest_scores``).
+    ingest_chunk: int = 100
+
+
+class Store:
+    """An engine plus the limits that go with it. Create with :func:`open_store`."""
+
+    def __init__(
+        self, engine: Engine, dialect: Dialect, limits: Limits | None = None, clock: Any = time.time,
+        group_commit: bool = True,
+    ) -> None:
+        self.engine = engine
+        self.dialect = dialect
+        self.limits = limits or Limits()
+        self.clock = clock
+        self._group_conn: Connection | None = None  # the committer's own connection, kept open
+        use_group = group_commit and dialect.group_commit
+        self.committer = GroupCommitter(self._group_transaction) if use_group else None
+
+    @property
+    def shared(self) -> bool:
+        """True when several processes (replicas) may share this database (PostgreSQL)."""
+        return self.dialect.shared
+
+    @contextmanager
+    def reading(self) -> Iterator[Connection]:
+        """A connection for reads (no write lock taken on SQLite)."""
+        with self.engine.connect() as conn:
+            yield conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        """One transaction: committed on success, rolled back on any exception."""
+        with self.engine.connect() as conn:
+            conn.execution_options(evalstop_writes=True)
+            with conn.begin():
+                yield conn
+
+    @contextmanager
+    def _group_transaction(self) -> Iterator[Connection]:
+        """A commit group's transaction, on one connection the committer thread keeps (a pool
+        checkout per group showed in the profile); reopened if it was closed or invalidated."""
+        conn = self._group_conn
+        if conn is None or conn.closed or conn.invalidated:
+            conn = self._group_conn = self.engine.connect()
+            conn.execution_options(evalstop_writes=True)
+        with conn.begin():
+            yield conn
+
+    def write(self, unit: Callable[[Connection], T]) -> T:
+        """Run ``unit(conn)`` in a write transaction and return its result once committed: in a
+        commit group on SQLite (see :mod:`evalstop.service.commit`), alone on PostgreSQL."""
+        if self.committer is not None:
+            return self.committer.run(unit)
+        with self.transaction() as conn:
+            return unit(conn)
+
+    async def write_async(self, unit: Callable[[Connection], T]) -> T:
+        """:meth:`write` for an event loop. With group commit the loop waits for the commit
+        without a thread of its own (no thread-pool hop per request); else in a thread."""
+        if self.committer is not None:
+            return await asyncio.wrap_future(self.committer.submit(unit))
+        return await asyncio.to_thread(self.write, unit)
+
+    def create_schema(self) -> None:
+        """Create or migrate the schema to the current revision (:mod:`.migrate`)."""
+        upgrade(self.engine)
+
+    def ping(self) -> None:
+        with self.engine.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+
+    def dispose(self) -> None:
+        if self.committer is not None:
+            self.committer.close()
+        if self._group_conn is not None:
+            self._group_conn.close()
+            self._group_conn = None
+        self.engine.dispose()
+
+
+def open_store(
+    url: str, *, synchronous: str = "FULL", limits: Limits | None = None, group_commit: bool = True
+) -> Store:
+    """Build the engine for ``url`` (SQLite pragmas included), pick its dialect, and create or
+    migrate the tables."""
+    if url.startswith("postgresql:"):
+        url = "postgresql+psycopg:" + url.removeprefix("postgresql:")
+    dialect: Dialect
+    if url.startswith("sqlite"):
+        engine = sa.create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+        _configure_sqlite(engine, synchronous)
+        dialect = Sqlite()
+    else:
+        engine = sa.create_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True)
+        dialect = Postgres()
+    store = Store(engine, dialect, limits, group_commit=group_commit)
+    store.create_schema()
+    return store
+
+
+def sqlite_file(database_url: str) -> Path | None:
+    """The file of a SQLite database URL; None for another database or an in-memory one."""
+    url = sa.engine.make_url(database_url)
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return None
+    return Path(str(url.database))
+
+
+def _configure_sqlite(engine: Engine, synchronous: str) -> None:
+    if synchronous not in ("FULL", "NORMAL"):
+        raise ValueError(f"synchronous must be 'FULL' or 'NORMAL'. Got {synchronous!r} instead.")
+
+    @sa.event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # let SQLAlchemy's "begin" hook issue BEGIN itself
+        cursor = dbapi_conn.cursor()
+        for pragma in ("journal_mode=WAL", f"synchronous={synchronous}", "busy_timeout=30000",
+                       "foreign_keys=ON"):
+            cursor.execute(f"PRAGMA {pragma}")
+        cursor.close()
+
+    @sa.event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        # a transaction that writes takes the lock up front; reads stay deferred (WAL: never blocked)
+        writes = conn.get_execution_options().get("evalstop_writes", False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if writes else "BEGIN")

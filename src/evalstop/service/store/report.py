@@ -1,0 +1,58 @@
+"""The rows the savings reports (:mod:`evalstop.service.reports`) are computed from."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from .engine import Store
+from .tables import decisions, jobs, scores, tenants
+
+_JOB_COLS = (jobs.c.id, jobs.c.tenant, jobs.c.name, jobs.c.gpus, jobs.c.created_at,
+             jobs.c.expected_duration_s, jobs.c.state)
+
+
+def _last_seen() -> sa.ScalarSelect[Any]:
+    return (sa.select(sa.func.max(scores.c.received_at)).where(scores.c.job_id == jobs.c.id)
+            .scalar_subquery())
+
+
+def _tenant_names(conn: Connection, tenant: str | None) -> list[str]:
+    if tenant is not None:
+        return [tenant]
+    return [str(n) for n in conn.execute(sa.select(tenants.c.name).order_by(tenants.c.name)).scalars()]
+
+
+def shadow_decisions(store: Store, tenant: str | None) -> tuple[list[str], dict[str, bool], list[Any]]:
+    """The tenants in scope, their shadow flags, and every shadow detector decision with its job
+    (``id, tenant, name, gpus, created_at, expected_duration_s, state, last_seen, step, reason,
+    decided_at``), in decision order."""
+    query = (sa.select(*_JOB_COLS, _last_seen().label("last_seen"), decisions.c.step,
+                       decisions.c.reason, decisions.c.created_at.label("decided_at"))
+             .join(decisions, decisions.c.job_id == jobs.c.id)
+             .where(decisions.c.shadow.is_(True), decisions.c.source == "detector")
+             .order_by(decisions.c.created_at, jobs.c.id))
+    if tenant is not None:
+        query = query.where(jobs.c.tenant == tenant)
+    with store.reading() as conn:
+        names = _tenant_names(conn, tenant)
+        flags = conn.execute(sa.select(tenants.c.name, tenants.c.shadow)).all()
+        shadow_flags = {str(k): bool(v) for k, v in flags}
+        rows = list(conn.execute(query).all())
+    return names, shadow_flags, rows
+
+
+def stopped_jobs(store: Store, tenant: str | None) -> tuple[list[str], list[Any]]:
+    """The tenants in scope, and the jobs whose stop was confirmed (with ``last_seen`` and
+    ``stopped_at``), in stop order."""
+    query = (sa.select(*_JOB_COLS, _last_seen().label("last_seen"), jobs.c.stopped_at)
+             .where(jobs.c.state == "stopped", jobs.c.stopped_at.is_not(None))
+             .order_by(jobs.c.stopped_at, jobs.c.id))
+    if tenant is not None:
+        query = query.where(jobs.c.tenant == tenant)
+    with store.reading() as conn:
+        names = _tenant_names(conn, tenant)
+        rows = list(conn.execute(query).all())
+    return names, rows
