@@ -126,11 +126,17 @@ async def home() -> Response:
     return RedirectResponse("/ui/jobs", status_code=303)
 
 
+def _signed_out() -> Response:
+    """What a page's live update gets without a session: 401, which the script reports as
+    signed out (a redirect to the sign-in page would read as a 200)."""
+    return Response("signed out", status_code=401, media_type="text/plain", headers=SECURITY_HEADERS)
+
+
 @router.get("/jobs")
 async def jobs_page(request: Request) -> Response:
     session = await _session(request)
     if session is None:
-        return _to_login()
+        return _signed_out() if request.query_params.get("partial") else _to_login()
     f = Filters.parse(request.query_params)
     store = _ctx(request).store
     rows, total = await run_in_threadpool(job_rows, store, session.tenant, f)
@@ -144,18 +150,26 @@ async def jobs_page(request: Request) -> Response:
 @router.get("/jobs/{job_id}")
 async def job_view(request: Request, job_id: str) -> Response:
     session = await _session(request)
+    live = request.query_params.get("partial") == "live"
     if session is None:
-        return _to_login()
-    return await _job_response(request, session, job_id)
+        return _signed_out() if live else _to_login()
+    return await _job_response(request, session, job_id, template="job_live.html" if live else "job.html")
 
 
 async def _job_response(request: Request, session: Session, job_id: str, status: int = 200,
-                        error: str = "") -> Response:
+                        error: str = "", template: str = "job.html") -> Response:
+    store = _ctx(request).store
     try:
-        page = await run_in_threadpool(job_page, _ctx(request).store, job_id, session.tenant)
+        page = await run_in_threadpool(job_page, store, job_id, session.tenant)
     except NotFound:
         return render("error.html", 404, session=session, message=f"Job {job_id!r} not found.")
-    return render("job.html", status, session=session, p=page, error=error)
+    tenant_shadow = await run_in_threadpool(_tenant_shadow, store, page.job["tenant"])
+    return render(template, status, session=session, p=page, error=error, tenant_shadow=tenant_shadow)
+
+
+def _tenant_shadow(store: Any, tenant: str) -> bool:
+    """Whether the job's tenant is in shadow mode (its jobs' stops are recorded, not enforced)."""
+    return any(t["shadow"] for t in domain.list_tenants(store) if t["name"] == tenant)
 
 
 async def _checked_form(request: Request) -> tuple[Session | None, dict[str, str], Response | None]:
@@ -176,6 +190,9 @@ async def override(request: Request, job_id: str) -> Response:
     action = form.get("action", "")
     if action not in OVERRIDE_ACTIONS:
         return await _job_response(request, session, job_id, 422, f"Unknown action {action!r}.")
+    if action == "stop_now" and not form.get("reason", "").strip():
+        return await _job_response(request, session, job_id, 422,
+                                   "reason: say why this job must stop now (kept in the audit trail).")
     actor = controls.Actor(session.tenant, session.name, "console")
 
     def apply() -> None:
