@@ -264,3 +264,21 @@ def test_live_updates_without_a_session_say_signed_out(api: Api) -> None:
         r = api.client.get(path, params=params, follow_redirects=False)
         assert r.status_code == 401 and r.text == "signed out"
     assert api.client.get("/ui/jobs", follow_redirects=False).status_code == 303  # a page still redirects
+
+
+def test_the_live_job_page_redraws_only_when_something_changed(api: Api) -> None:
+    """The live poll answers 204 while nothing the page shows changed (a quiet job costs a few
+    small queries, not a re-read of its whole history every 3 s)."""
+    token = api.tenant("acme")
+    job = api.job(token)
+    c = sign_in(api.client, token)
+    url = f"/ui/jobs/{job['id']}"
+    first = c.get(url, params={"partial": "live"})
+    found = re.search(r'data-token="([0-9a-f]{32})"', first.text)
+    assert first.status_code == 200 and found is not None
+    assert c.get(url, params={"partial": "live", "since": found.group(1)}).status_code == 204
+    api.post(token, job["id"], {"step": 1, "value": 0.5})
+    changed = c.get(url, params={"partial": "live", "since": found.group(1)})
+    assert changed.status_code == 200 and "1, last step 1" in changed.text
+    other = api.job(api.tenant("other"))
+    assert c.get(f"/ui/jobs/{other['id']}", params={"partial": "live"}).status_code == 404

@@ -3,6 +3,8 @@ layer and :mod:`evalstop.service.reports` (the same functions the JSON API calls
 
 from __future__ import annotations
 
+import hashlib
+import json
 import secrets
 import time
 from collections.abc import Sequence
@@ -153,23 +155,42 @@ async def job_view(request: Request, job_id: str) -> Response:
     live = request.query_params.get("partial") == "live"
     if session is None:
         return _signed_out() if live else _to_login()
-    return await _job_response(request, session, job_id, template="job_live.html" if live else "job.html")
+    if not live:
+        return await _job_response(request, session, job_id)
+    try:
+        token = await run_in_threadpool(_live_token, _ctx(request).store, job_id, session.tenant)
+    except NotFound:
+        return render("error.html", 404, session=session, message=f"Job {job_id!r} not found.")
+    if token == request.query_params.get("since"):
+        return Response(status_code=204, headers=SECURITY_HEADERS)  # nothing changed: nothing redrawn
+    return await _job_response(request, session, job_id, template="job_live.html", token=token)
 
 
 async def _job_response(request: Request, session: Session, job_id: str, status: int = 200,
-                        error: str = "", template: str = "job.html") -> Response:
+                        error: str = "", template: str = "job.html", token: str = "") -> Response:
     store = _ctx(request).store
     try:
         page = await run_in_threadpool(job_page, store, job_id, session.tenant)
     except NotFound:
         return render("error.html", 404, session=session, message=f"Job {job_id!r} not found.")
     tenant_shadow = await run_in_threadpool(_tenant_shadow, store, page.job["tenant"])
-    return render(template, status, session=session, p=page, error=error, tenant_shadow=tenant_shadow)
+    return render(template, status, session=session, p=page, error=error, tenant_shadow=tenant_shadow,
+                  token=token)
 
 
 def _tenant_shadow(store: Any, tenant: str) -> bool:
     """Whether the job's tenant is in shadow mode (its jobs' stops are recorded, not enforced)."""
     return any(t["shadow"] for t in domain.list_tenants(store) if t["name"] == tenant)
+
+
+def _live_token(store: Any, job_id: str, tenant: str | None) -> str:
+    """A digest of what the live parts of a job page show (the job row with its eval count and
+    deliveries, the audit trail's length, the tenant's shadow mode): the page polls with it and
+    gets 204 while it is unchanged, so a quiet job costs a few small queries, not a redraw of its
+    whole history. NotFound for another tenant's job."""
+    job = domain.get_job(store, job_id, tenant)
+    seen = [job, len(controls.list_audit(store, job_id, tenant)), _tenant_shadow(store, job["tenant"])]
+    return hashlib.sha256(json.dumps(seen, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
 async def _checked_form(request: Request) -> tuple[Session | None, dict[str, str], Response | None]:

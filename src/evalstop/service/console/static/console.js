@@ -3,19 +3,20 @@
 (function () {
   "use strict";
 
-  // Fetch url every `every` ms and hand the HTML to apply(); a 401 (the session ended, in this
-  // tab or another) stops the polling and says so, with a link to sign in again.
+  // Fetch url() every `every` ms and hand the HTML to apply() (a 204 means nothing changed); a 401
+  // (the session ended, in this tab or another) stops the polling and says so, with a link to
+  // sign in again.
   function poll(url, every, note, apply) {
     function say(html) { if (note) { note.innerHTML = html; } }
     function tick() {
-      fetch(url, { credentials: "same-origin", headers: { "Accept": "text/html" }, redirect: "manual" })
+      fetch(url(), { credentials: "same-origin", headers: { "Accept": "text/html" }, redirect: "manual" })
         .then(function (r) {
           if (r.status === 401 || r.type === "opaqueredirect") { throw new Error("signed out"); }
           if (!r.ok) { throw new Error("the server answered " + r.status); }
-          return r.text();
+          return r.status === 204 ? null : r.text();
         })
         .then(function (html) {
-          apply(html);
+          if (html !== null) { apply(html); }
           say("Updated " + new Date().toLocaleTimeString() + "; every " + every / 1000 + " s.");
           setTimeout(tick, every);
         })
@@ -74,10 +75,12 @@
 
   // The job page: replace each data-live part that changed; enable the buttons and show the forms
   // that the new state allows.
+  var liveToken = "";
   function updateJob(html) {
     var fresh = parse(html, ["", ""]);
     var live = fresh.getElementById("live");
     if (!live) { return; }
+    liveToken = live.getAttribute("data-token") || "";
     Array.prototype.forEach.call(fresh.querySelectorAll("[data-live]"), function (part) {
       var name = part.getAttribute("data-live");
       document.querySelectorAll('[data-live="' + name + '"]').forEach(function (mine) {
@@ -98,13 +101,14 @@
     var body = document.getElementById("job-rows");
     var note = document.getElementById("updated");
     if (body && body.getAttribute("data-poll")) {
-      poll(body.getAttribute("data-poll"), parseInt(body.getAttribute("data-interval-ms"), 10) || 3000,
+      poll(function () { return body.getAttribute("data-poll"); },
+           parseInt(body.getAttribute("data-interval-ms"), 10) || 3000,
            note, function (html) { updateRows(body, html); });
     }
     var job = document.getElementById("live-note");
     if (job && job.getAttribute("data-poll")) {
-      poll(job.getAttribute("data-poll"), parseInt(job.getAttribute("data-interval-ms"), 10) || 3000,
-           job, updateJob);
+      poll(function () { return job.getAttribute("data-poll") + "&since=" + encodeURIComponent(liveToken); },
+           parseInt(job.getAttribute("data-interval-ms"), 10) || 3000, job, updateJob);
     }
     document.querySelectorAll("form[data-confirm]").forEach(function (form) {
       form.addEventListener("submit", function (e) {
