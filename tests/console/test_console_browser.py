@@ -139,7 +139,11 @@ def test_stop_now_stops_a_running_job_and_the_audit_trail_shows_it(page: Any, wo
     sign_in(page, world, world.a["token"], "alice")
     page.goto(f"{world.base}/ui/jobs/{world.running}")
     assert page.inner_text("#job-state") == "running"
-    page.fill("#override-form input[name=reason]", "reward hacking seen in samples")
+    page.once("dialog", lambda d: d.dismiss())  # "Stop now" asks first: cancelled, nothing happens
+    page.fill("#stop-form input[name=reason]", "reward hacking seen in samples")
+    page.click("#stop-now")
+    assert world.get(world.a, f"/v1/jobs/{world.running}")["override"] is None
+    page.once("dialog", lambda d: d.accept())
     page.click("#stop-now")
     page.wait_for_url(f"**/ui/jobs/{world.running}")
     wait_for(lambda: world.get(world.a, f"/v1/jobs/{world.running}")["state"] == "stopped", 20,
@@ -211,3 +215,116 @@ def test_a_failed_stop_shows_its_error_and_the_retry_button_delivers_it(page: An
         "queued", "failed", "retry", "signal", "reconcile", "done"]
     audit = page.inner_text("#audit")
     assert "retry_stop" in audit and "receiver restarted" in audit and "alice" in audit
+
+
+# -- issue 22: the console's rough edges ---------------------------------------------------------------
+def test_the_keyboard_focus_stays_put_while_the_list_updates(page: Any, world: World) -> None:
+    """The 3 s refresh replaced the table and took the focus away (issue 22, console item 3)."""
+    sign_in(page, world, ADMIN, "ops")
+    link = f"#job-rows tr[data-job-id='{world.secret}'] a"
+    page.focus(link)
+    step = 20_000 + len(world.get(world.b, f"/v1/jobs/{world.secret}/scores"))
+    r = world.http.post(f"/v1/jobs/{world.secret}/scores", json={"step": step, "value": 0.5},
+                        headers=world.auth(world.b))
+    assert r.status_code == 200, r.text
+    row = f"#job-rows tr[data-job-id='{world.secret}']"
+    wait_for(lambda: f"step {step}" in page.inner_text(row), 10, "the polled rows to show the new eval")
+    focused = page.evaluate("() => { const a = document.activeElement, tr = a.closest('tr'); "
+                            "return [a.tagName, tr && tr.dataset.jobId]; }")
+    assert focused == ["A", world.secret]
+    page.keyboard.press("Enter")  # and the focused link still works
+    page.wait_for_url(f"**/ui/jobs/{world.secret}")
+
+
+def test_the_job_page_follows_a_stop_without_a_reload(page: Any, world: World) -> None:
+    """After "Stop now" the page said "stopping" until reloaded (issue 22, console item 6)."""
+    job = world._job(world.a, "a-phi-live-page", gpus=2)
+    world._post(world.a, job, rising_curve(6))
+    sign_in(page, world, world.a["token"], "alice")
+    page.goto(f"{world.base}/ui/jobs/{job}")
+    assert page.inner_text("#job-state") == "running" and page.is_enabled("#stop-now")
+    page.evaluate("() => { window.notReloaded = true; }")
+    r = world.http.put(f"/v1/jobs/{job}/override", json={"override": "stop_now", "reason": "from the API"},
+                       headers=world.auth(world.a))
+    assert r.status_code == 200, r.text
+    wait_for(lambda: page.inner_text("#job-state") == "stopped", 20, "the page to show the delivered stop")
+    assert page.evaluate("() => window.notReloaded === true")  # updated in place, not reloaded
+    assert not page.is_enabled("#stop-now") and not page.is_enabled("#never-stop")
+    assert "done" in page.inner_text("#delivery-history") and "from the API" in page.inner_text("#audit")
+    assert page.get_attribute("#marker-stop", "data-step") == "300"  # the last eval of rising_curve(6)
+
+
+def test_a_tab_left_open_after_sign_out_says_so(browser: Any, world: World) -> None:
+    """"Live updates paused: status 200" after signing out in another tab (console item 9)."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        first = context.new_page()
+        sign_in(first, world, world.a["token"])
+        second = context.new_page()
+        second.goto(world.base + "/ui/jobs")
+        first.click("header .who button[type=submit]")
+        first.wait_for_url("**/ui/login")
+        wait_for(lambda: "signed out" in second.inner_text("#updated"), 15, "the open tab to notice")
+        assert second.get_attribute("#updated a", "href") == "/ui/login"
+    finally:
+        context.close()
+
+
+def test_columns_sort_ascending_first(page: Any, world: World) -> None:
+    """The first click on any column sorted descending (issue 22, console item 4)."""
+    sign_in(page, world, ADMIN)
+    page.click("th a:has-text('Last eval')")
+    page.wait_for_url("**sort=last_step**")
+    assert "dir=asc" in page.url
+    steps = page.eval_on_selector_all("#job-rows tr[data-job-id] td:nth-child(6)",
+                                      "cs => cs.map(c => c.innerText)")
+    numbers = [int(t.split()[1].rstrip(":")) for t in steps if t]
+    assert numbers == sorted(numbers) and len(numbers) >= 3
+
+
+def _overflow(page: Any) -> int:
+    return int(page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth"))
+
+
+def test_pages_fit_a_390_px_screen(browser: Any, world: World) -> None:
+    """At 390 px the pages overflowed: the chart was a fixed 760 px (issue 22, console item 8)."""
+    context = browser.new_context(viewport={"width": 390, "height": 844})
+    try:
+        page = context.new_page()
+        sign_in(page, world, ADMIN, "ops")
+        for path in ("/ui/jobs", f"/ui/jobs/{world.stopped}", "/ui/savings"):
+            page.goto(world.base + path)
+            assert _overflow(page) <= 0, path
+        page.goto(f"{world.base}/ui/jobs/{world.stopped}")
+        assert page.evaluate("() => document.getElementById('curve').getBoundingClientRect().width") <= 390
+        screenshot(page, "job-390.png")
+    finally:
+        context.close()
+
+
+def test_chart_labels_stay_inside_and_off_the_lines(browser: Any, world: World) -> None:
+    """Labels were clipped at the right edge and sat on the lines of the reclaimed chart (item 7)."""
+    job = world._job(world.a, "a-yi-stopped-at-its-last-eval", gpus=1)  # both markers at the right edge
+    world._post(world.a, job, rising_curve(12))
+    r = world.http.put(f"/v1/jobs/{job}/override", json={"override": "stop_now"}, headers=world.auth(world.a))
+    assert r.status_code == 200, r.text
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    try:
+        sign_in(page, world, ADMIN, "ops")
+        for path, chart in ((f"/ui/jobs/{world.stopped}", "curve"), (f"/ui/jobs/{job}", "curve"),
+                            ("/ui/savings", "reclaimed-chart")):
+            page.goto(world.base + path)
+            outside = page.evaluate("""id => { const svg = document.getElementById(id);
+                const vb = svg.viewBox.baseVal;
+                return [...svg.querySelectorAll('text')].filter(t => { const b = t.getBBox();
+                  return b.x < 0 || b.y < 0 || b.x + b.width > vb.width || b.y + b.height > vb.height; })
+                  .map(t => t.textContent); }""", chart)
+            assert outside == [], (path, outside)
+        legend = page.eval_on_selector_all("#reclaimed-chart .legend-entry",
+                                           "ts => ts.map(t => t.getBBox().y + t.getBBox().height)")
+        plot_top = page.eval_on_selector_all("#reclaimed-chart polyline",
+                                             "ps => Math.min(...ps.flatMap(p => [...p.points].map(q => q.y)))"
+                                             )
+        assert legend and max(legend) <= plot_top  # the legend sits above every line
+    finally:
+        page.close()

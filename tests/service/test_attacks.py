@@ -5,6 +5,7 @@ checks against the real Slurm and Ray are in tests/enforce (test_enforce_slurm.p
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import threading
@@ -17,10 +18,13 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
+from evalstop.detectors import REGISTRY
+from evalstop.service.adapters._base import JobRef, NotOwned
 from evalstop.service.adapters._common import PIN_MARKER
+from evalstop.service.adapters._slurm import check_slurm_owner
 from evalstop.service.adapters._webhook import verify_signature
 from evalstop.service.app import create_app
-from evalstop.service.store import jobs
+from evalstop.service.store import jobs, tenants
 
 from ._support import ADMIN, Api, make_settings
 
@@ -190,6 +194,102 @@ def test_the_adapter_checks_ownership_with_the_backend(svc: Api, backend: tuple[
     assert not [r for r in state["requests"] if r[0] == "POST"]  # no stop reached Ray
     got = svc.client.get(f"/v1/jobs/{job['id']}", headers=svc.as_(token)).json()
     assert got["state"] == "stop_failed" and "NotOwned" in got["deliveries"][0]["last_error"]
+
+
+# -- issue 22, items 4 and 8: a prefix is a boundary, an empty entry is refused ---------------------
+def test_a_ray_prefix_is_matched_on_whole_segments(svc: Api) -> None:
+    """'raysubmit_pa' must not cover 'raysubmit_pab_1', another tenant's id, at registration or stop."""
+    tenant(svc, "alice", {"ray": {"job_id_prefixes": ["raysubmit_pab_"]}})
+    mallory = tenant(svc, "mallory", {"ray": {"job_id_prefixes": ["raysubmit_pa"]}})
+    r = register(svc, mallory, target="ray", external_ref="raysubmit_pab_1")
+    assert r.status_code == 422 and "outside tenant 'mallory'" in r.json()["detail"]
+    for own in ("raysubmit_pa", "raysubmit_pa_1", "raysubmit_pa-2", "raysubmit_pa.3"):
+        assert register(svc, mallory, target="ray", external_ref=own).status_code == 201, own
+    ray = svc.ctx.adapters.get("ray")
+    stored = {"ray": {"job_id_prefixes": ["raysubmit_pa"]}}
+    with pytest.raises(NotOwned, match="raysubmit_pab_1"):  # the adapter checks the same boundary
+        ray.check_owner(JobRef("j", "mallory", "raysubmit_pab_1", scope=stored))
+    ray.check_owner(JobRef("j", "mallory", "raysubmit_pa_1", scope=stored))
+
+
+@pytest.mark.parametrize(("scope", "field"), [
+    ({"ray": {"job_id_prefixes": [""]}}, "job_id_prefixes"),
+    ({"ray": {"job_id_prefixes": ["  "]}}, "job_id_prefixes"),
+    ({"ray": {"metadata": {"": "alpha"}}}, "metadata"),
+    ({"checkpoint_prefixes": [""]}, "checkpoint_prefixes"),
+    ({"checkpoint_prefixes": ["/"]}, "checkpoint_prefixes"),  # the whole filesystem
+    ({"checkpoint_prefixes": ["s3://"]}, "checkpoint_prefixes"),  # every bucket
+    ({"kubernetes": {"namespaces": [""]}}, "namespaces"),
+    ({"kubernetes": {"namespaces": ["team-a"], "labels": {" ": "a"}}}, "labels"),
+    ({"slurm": {"accounts": [""]}}, "accounts"),
+    ({"slurm": {"users": [" "]}}, "users"),
+    ({"slurm": {"partitions": ["gpu", "\t"]}}, "partitions"),
+    ({"webhook": {"url_prefixes": [""]}}, "url_prefixes"),
+    ({"webhook": {"url_prefixes": ["http://"]}}, "url_prefixes"),  # no host
+])
+def test_an_empty_scope_entry_is_refused(svc: Api, scope: dict[str, Any], field: str) -> None:
+    r = svc.client.post("/v1/tenants", json={"name": "mallory", "scope": scope}, headers=svc.as_(ADMIN))
+    assert r.status_code == 422, r.text
+    assert any(field in e["loc"] for e in r.json()["detail"]), r.text
+    tenant(svc, "alice")
+    r = svc.client.put("/v1/tenants/alice/scope", json={"scope": scope}, headers=svc.as_(ADMIN))
+    assert r.status_code == 422 and any(field in e["loc"] for e in r.json()["detail"]), r.text
+
+
+def test_a_stored_scope_with_an_empty_entry_matches_nothing(svc: Api) -> None:
+    """A scope stored before entries were checked still loads, and its empty entries cover nothing."""
+    token = tenant(svc, "mallory")
+    legacy = {"ray": {"job_id_prefixes": [""]}, "slurm": {"accounts": [""]}, "checkpoint_prefixes": [""]}
+    with svc.ctx.store.transaction() as conn:
+        conn.execute(tenants.update().where(tenants.c.name == "mallory").values(scope=legacy))
+    listed = svc.client.get("/v1/tenants", headers=svc.as_(ADMIN))
+    assert listed.status_code == 200 and listed.json()[0]["scope"]["ray"]["job_id_prefixes"] == [""]
+    r = register(svc, token, target="ray", external_ref="raysubmit_alice_1")
+    assert r.status_code == 422 and "job_id_prefixes" in r.json()["detail"]
+    with pytest.raises(NotOwned):
+        svc.ctx.adapters.get("ray").check_owner(JobRef("j", "mallory", "raysubmit_alice_1", scope=legacy))
+    with pytest.raises(NotOwned, match="account ''"):  # a job without an account is not ''s
+        check_slurm_owner(JobRef("j", "mallory", "1", scope=legacy), [{"account": "", "user": "u",
+                                                                        "partition": "p"}])
+
+
+# -- issue 22, item 3: a rule's cost is bounded --------------------------------------------------
+@pytest.mark.parametrize(("spec", "param"), [
+    ("mann-kendall:min_window=3,max_window=1000000,alpha=1e-12", "max_window=1000000"),
+    ("slaq:window=100000", "window=100000"),
+])
+def test_a_rule_parameter_that_sizes_its_state_is_bounded(tmp_path: Path, spec: str, param: str) -> None:
+    """A million-eval window made every POST rewrite megabytes of rule state (issue 22, item 3)."""
+    with TestClient(create_app(make_settings(f"sqlite:///{tmp_path / 'a.db'}"))) as client:
+        api = Api(client)
+        token = api.tenant("mallory")
+        r = client.post("/v1/jobs", json={"external_ref": "m1", "target": "recording", "detector": spec},
+                        headers=api.as_(token))
+        assert r.status_code == 422, r.text
+        assert param in r.json()["detail"] and "limit of 256" in r.json()["detail"]
+        assert api.job(token, detector="mann-kendall:max_window=256")["detector"]  # at the limit: fine
+    raised = make_settings(f"sqlite:///{tmp_path / 'b.db'}", rule_max_window=10**6)
+    with TestClient(create_app(raised)) as client:
+        api = Api(client)  # an operator may raise the limit
+        assert api.job(api.tenant("trusted"), detector=spec)["id"]
+
+
+def test_every_parameter_that_sizes_a_rules_state_is_declared() -> None:
+    """The bound is complete: raising any int parameter that grows ``state_window`` must be in the
+    rule's ``size_params`` (a new windowed rule cannot slip past ``rule_max_window``)."""
+    for cls in REGISTRY.values():
+        base = cls()
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            value = getattr(base, f.name)
+            if type(value) is not int or f.name in cls.size_params:
+                continue
+            try:
+                bigger = cls(**{f.name: value * 4 + 8})
+            except ValueError:
+                continue
+            assert bigger.state_window == base.state_window, f"{cls.name}.{f.name} sizes the state"
+        for name in cls.size_params:
+            assert cls(**{name: getattr(base, name) * 4 + 8}).state_window > base.state_window
 
 
 # -- 2. pins in another tenant's directory --------------------------------------------------------

@@ -29,6 +29,13 @@ def csrf_of(html: str) -> str:
     return found.group(1)
 
 
+def shadow_of(html: str) -> str:
+    """What the job page's "Shadow" fact says."""
+    found = re.search(r'id="job-shadow"[^>]*>([^<]*)<', html)
+    assert found is not None
+    return found.group(1).strip()
+
+
 def test_pages_need_a_session_and_the_cookie_is_strict(api: Api) -> None:
     c = api.client
     assert c.get("/ui/jobs", follow_redirects=False).headers["location"] == "/ui/login"
@@ -193,10 +200,11 @@ def test_release_button_for_a_failed_stop(api: Api) -> None:
     job, c = _failed_stop_signed_in(api)
     url = f"/ui/jobs/{job['id']}"
     page = c.get(url).text
-    assert 'id="release"' in page
+    assert re.search(r'id="release-form"[^>]*data-when="stop_failed">', page)  # shown
     assert c.post(f"{url}/release", data={"reason": "x"}).status_code == 403  # no CSRF token
     r = c.post(f"{url}/release", data={"reason": "killed it by hand", "csrf": csrf_of(page)})
-    assert r.status_code == 200 and 'id="job-state">stopped' in r.text and 'id="release"' not in r.text
+    assert r.status_code == 200 and 'id="job-state">stopped' in r.text
+    assert re.search(r'id="release-form"[^>]*data-when="stop_failed" hidden>', r.text)  # hidden now
     assert "release" in r.text and "killed it by hand" in r.text
 
 
@@ -206,15 +214,71 @@ def test_shadow_toggle_in_the_console_is_audited(api: Api) -> None:
     c = sign_in(api.client, token, "bob")
     url = f"/ui/jobs/{job['id']}"
     page = c.get(url).text
-    assert 'id="shadow-toggle"' in page and "Shadow</dt><dd>no" in page
+    assert 'id="shadow-toggle"' in page and shadow_of(page).startswith("no")
     r = c.post(f"{url}/shadow", data={"enabled": "true", "reason": "trial week", "csrf": csrf_of(page)})
-    assert r.status_code == 200 and "Shadow</dt><dd>yes (job)" in r.text
+    assert r.status_code == 200 and shadow_of(r.text) == "yes (this job)"
     # the rule fires: recorded, not enforced
     api.post(token, job["id"], {"scores": [{"step": s, "value": v} for s, v in DECLINING]})
     api.ctx.worker.run_once()
     assert api.adapter().effects("signal", job["external_ref"]) == 0
     r = c.post(f"{url}/shadow", data={"enabled": "false", "csrf": csrf_of(r.text)})
-    assert r.status_code == 200 and "Shadow</dt><dd>no" in r.text
+    assert r.status_code == 200 and shadow_of(r.text).startswith("no")
     trail = api.client.get(f"/v1/jobs/{job['id']}/audit", headers=api.as_(token)).json()
     assert [(a["action"], a["reason"], a["channel"]) for a in trail] == [
         ("shadow_on", "trial week", "console"), ("shadow_off", "", "console")]
+
+
+# -- issue 22: the console's rough edges -------------------------------------------------------------
+def test_a_job_of_a_tenant_in_shadow_mode_says_so_on_its_page(api: Api) -> None:
+    """The list said "shadow" while the job page said "Shadow: no" (issue 22, console item 2)."""
+    token = api.tenant("acme", shadow=True)
+    job = api.job(token)
+    page = sign_in(api.client, token).get(f"/ui/jobs/{job['id']}").text
+    assert shadow_of(page).startswith("yes: tenant acme is in shadow mode")
+    assert 'id="tenant-shadow-note"' in page
+    live = api.client.get(f"/ui/jobs/{job['id']}", params={"partial": "live"}).text
+    assert "tenant acme is in shadow mode" in live
+
+
+def test_stop_now_from_the_console_needs_a_reason(api: Api) -> None:
+    """One click stopped a job, with an optional reason (issue 22, console item 10)."""
+    token = api.tenant("acme")
+    job = api.job(token)
+    c = sign_in(api.client, token, "bob")
+    url = f"/ui/jobs/{job['id']}"
+    page = c.get(url).text
+    assert 'data-confirm="Stop ' in page and page.count("<label>Why") == 5  # each box says what it is for
+    for reason in ("", "   "):
+        r = c.post(f"{url}/override", data={"action": "stop_now", "reason": reason, "csrf": csrf_of(page)})
+        assert r.status_code == 422 and "say why" in r.text
+    assert api.client.get(f"/v1/jobs/{job['id']}", headers=api.as_(token)).json()["override"] is None
+
+
+def test_live_updates_without_a_session_say_signed_out(api: Api) -> None:
+    """A signed-out tab's poll followed the redirect to the sign-in page and read it as a 200
+    ("Live updates paused: status 200"; issue 22, console item 9)."""
+    token = api.tenant("acme")
+    job = api.job(token)
+    for params in ({"partial": "rows"}, {"partial": "live"}):
+        path = "/ui/jobs" if params["partial"] == "rows" else f"/ui/jobs/{job['id']}"
+        r = api.client.get(path, params=params, follow_redirects=False)
+        assert r.status_code == 401 and r.text == "signed out"
+    assert api.client.get("/ui/jobs", follow_redirects=False).status_code == 303  # a page still redirects
+
+
+def test_the_live_job_page_redraws_only_when_something_changed(api: Api) -> None:
+    """The live poll answers 204 while nothing the page shows changed (a quiet job costs a few
+    small queries, not a re-read of its whole history every 3 s)."""
+    token = api.tenant("acme")
+    job = api.job(token)
+    c = sign_in(api.client, token)
+    url = f"/ui/jobs/{job['id']}"
+    first = c.get(url, params={"partial": "live"})
+    found = re.search(r'data-token="([0-9a-f]{32})"', first.text)
+    assert first.status_code == 200 and found is not None
+    assert c.get(url, params={"partial": "live", "since": found.group(1)}).status_code == 204
+    api.post(token, job["id"], {"step": 1, "value": 0.5})
+    changed = c.get(url, params={"partial": "live", "since": found.group(1)})
+    assert changed.status_code == 200 and "1, last step 1" in changed.text
+    other = api.job(api.tenant("other"))
+    assert c.get(f"/ui/jobs/{other['id']}", params={"partial": "live"}).status_code == 404

@@ -22,7 +22,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar
 
 #: A rule's per-job state: JSON values only (see the module docstring).
 State = dict[str, Any]
@@ -84,6 +84,9 @@ class Detector(ABC):
 
     #: Name used in detector specs (``evalstop:k=3``).
     name: str = ""
+    #: Constructor parameters that size the state or the work per eval (mann-kendall's
+    #: ``max_window``): a service bounds each one (``rule_max_window``, docs/service.md).
+    size_params: ClassVar[tuple[str, ...]] = ()
 
     @property
     def state_window(self) -> int:

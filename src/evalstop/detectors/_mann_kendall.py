@@ -34,6 +34,7 @@ class MannKendall(Detector):
     min_delta: float = 0.0
     mode: str = "max"
     name = "mann-kendall"
+    size_params = ("max_window",)
 
     def __post_init__(self) -> None:
         owner = type(self).__name__

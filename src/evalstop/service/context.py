@@ -58,7 +58,7 @@ class PolicyCache:
 
     def load(self, tenant: str) -> Policy:
         scope, quota = tenant_policy(self.store, tenant)
-        policy = Policy(parse_scope(scope), effective(quota, self.defaults))
+        policy = Policy(parse_scope(scope, stored=True), effective(quota, self.defaults))
         with self._lock:
             if len(self._items) > 100_000:
                 self._items.clear()

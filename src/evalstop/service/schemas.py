@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictInt, Tag
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, StrictInt, Tag
 
 from ..detectors import DEFAULT_SPEC
 from .fairness import Quota
-from .scopes import TenantScope
+from .scopes import TenantScope, parse_scope
 from .score import ScoreIn as ScoreIn  # the score body is the domain's own type (re-exported)
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
@@ -26,11 +27,16 @@ class TenantIn(Body):
     quota: Quota | None = None
 
 
+def _as_stored(value: Any) -> Any:
+    """A scope read from the database loads even if it predates a newer entry check."""
+    return parse_scope(value, stored=True) if isinstance(value, Mapping) else value
+
+
 class TenantOut(BaseModel):
     name: str
     shadow: bool
     created_at: float
-    scope: TenantScope | None = None
+    scope: Annotated[TenantScope | None, BeforeValidator(_as_stored)] = None
     quota: Quota | None = None
 
 

@@ -17,10 +17,18 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from posixpath import normpath
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import unquote, urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
 
 from .errors import InvalidInput
 
@@ -28,6 +36,73 @@ SCOPED_TARGETS = ("kubernetes", "ray", "slurm", "webhook")
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 RAY_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
+#: Where a Ray submission id may continue a declared prefix: ``raysubmit_pa`` covers
+#: ``raysubmit_pa`` and ``raysubmit_pa_1``, never ``raysubmit_pab_1``.
+RAY_SEPARATORS = "_-.:"
+#: Validation context for a scope read back from the database: entry checks added after it was
+#: stored are skipped (an empty entry matches nothing anyway), so an old row still loads.
+STORED = {"stored": True}
+
+
+def _declared(info: ValidationInfo) -> bool:
+    return not (isinstance(info.context, dict) and info.context.get("stored"))
+
+
+def _entry(value: str, info: ValidationInfo) -> str:
+    """A name in a scope list (a Slurm account, a label key): not empty, no whitespace."""
+    if _declared(info) and (not value or value != value.strip() or any(c.isspace() for c in value)):
+        raise ValueError(f"must be a non-empty name without whitespace, got {value!r}")
+    return value
+
+
+def _namespace(value: str, info: ValidationInfo) -> str:
+    if _declared(info) and not DNS_LABEL.match(value):
+        raise ValueError(f"must be a Kubernetes namespace (a DNS label), got {value!r}")
+    return value
+
+
+def _ray_prefix(value: str, info: ValidationInfo) -> str:
+    if _declared(info) and not RAY_ID.match(value):
+        raise ValueError(f"must be a non-empty Ray submission id prefix (letters, digits, '_.:-'), "
+                         f"got {value!r}")
+    return value
+
+
+def _url_prefix(value: str, info: ValidationInfo) -> str:
+    if _declared(info) and not _is_origin_url(value):
+        raise ValueError(f"must be an http(s) URL with a host and no credentials, spaces or '..', "
+                         f"got {value!r}")
+    return value
+
+
+def _is_origin_url(value: str) -> bool:
+    try:
+        parts = urlsplit(value)
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return False
+    return (parts.scheme.lower() in ("http", "https") and bool(host) and port != 0 and not parts.username
+            and not parts.password and not any(c.isspace() for c in value) and not has_traversal(parts.path))
+
+
+def _checkpoint_prefix(value: str, info: ValidationInfo) -> str:
+    if has_traversal(value):  # refused however the scope was stored: a pin must never climb out
+        raise ValueError(f"checkpoint prefix {value!r} must not contain '..' or '.' segments")
+    if not _declared(info):
+        return value
+    parts = urlsplit(_as_uri(value))
+    below_root = parts.path.strip("/") if parts.scheme == "file" else parts.netloc
+    if not parts.scheme or not below_root or any(c.isspace() for c in value):
+        raise ValueError(f"must name a directory below a root (file:///data/a/, /data/a, "
+                         f"s3://bucket/), got {value!r}")
+    return value
+
+
+Entry = Annotated[str, AfterValidator(_entry)]
+Namespace = Annotated[str, AfterValidator(_namespace)]
+RayPrefix = Annotated[str, AfterValidator(_ray_prefix)]
+UrlPrefix = Annotated[str, AfterValidator(_url_prefix)]
+CheckpointPrefix = Annotated[str, AfterValidator(_checkpoint_prefix)]
 
 
 class _Section(BaseModel):
@@ -35,15 +110,15 @@ class _Section(BaseModel):
 
 
 class KubernetesScope(_Section):
-    namespaces: list[str] = Field(min_length=1, description="Namespaces the tenant's jobs live in.")
-    labels: dict[str, str] = Field(default_factory=dict,
+    namespaces: list[Namespace] = Field(min_length=1, description="Namespaces the tenant's jobs live in.")
+    labels: dict[Entry, str] = Field(default_factory=dict,
                                    description="Labels every target object must carry (a selector).")
 
 
 class SlurmScope(_Section):
-    accounts: list[str] = Field(default_factory=list)
-    users: list[str] = Field(default_factory=list)
-    partitions: list[str] = Field(default_factory=list)
+    accounts: list[Entry] = Field(default_factory=list)
+    users: list[Entry] = Field(default_factory=list)
+    partitions: list[Entry] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _something(self) -> SlurmScope:
@@ -53,8 +128,9 @@ class SlurmScope(_Section):
 
 
 class RayScope(_Section):
-    job_id_prefixes: list[str] = Field(default_factory=list)
-    metadata: dict[str, str] = Field(default_factory=dict,
+    job_id_prefixes: list[RayPrefix] = Field(
+        default_factory=list, description="Submission id prefixes, matched on whole segments.")
+    metadata: dict[Entry, str] = Field(default_factory=dict,
                                      description="Metadata the Ray job must have been submitted with.")
 
     @model_validator(mode="after")
@@ -65,7 +141,7 @@ class RayScope(_Section):
 
 
 class WebhookScope(_Section):
-    url_prefixes: list[str] = Field(min_length=1)
+    url_prefixes: list[UrlPrefix] = Field(min_length=1)
 
 
 class TenantScope(_Section):
@@ -75,20 +151,21 @@ class TenantScope(_Section):
     slurm: SlurmScope | None = None
     ray: RayScope | None = None
     webhook: WebhookScope | None = None
-    checkpoint_prefixes: list[str] = Field(
+    checkpoint_prefixes: list[CheckpointPrefix] = Field(
         default_factory=list,
         description="URI prefixes (file:///data/a/, s3://bucket-a/) of the tenant's checkpoints.")
 
-    @model_validator(mode="after")
-    def _clean_prefixes(self) -> TenantScope:
-        for prefix in self.checkpoint_prefixes:
-            if has_traversal(prefix):
-                raise ValueError(f"checkpoint prefix {prefix!r} must not contain '..' or '.' segments")
-        return self
 
-
-def parse_scope(raw: Mapping[str, Any] | None) -> TenantScope | None:
-    return None if raw is None else TenantScope.model_validate(raw)
+def parse_scope(raw: Mapping[str, Any] | None, *, stored: bool = False) -> TenantScope | None:
+    """The scope as declared (every entry checked), or with ``stored`` as read back from the
+    database (entry checks newer than the row skipped). Raises InvalidInput naming the entry."""
+    if raw is None:
+        return None
+    try:
+        return TenantScope.model_validate(raw, context=STORED if stored else None)
+    except ValidationError as exc:
+        where = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise InvalidInput(f"scope: {where}") from None
 
 
 # -- registration ---------------------------------------------------------------------------------
@@ -128,7 +205,7 @@ def check_registration(
             raise InvalidInput(f"external_ref: namespace {namespace!r} is outside tenant {tenant!r}'s scope "
                                f"(namespaces {section.namespaces}).")
     elif isinstance(section, RayScope):
-        if section.job_id_prefixes and not ref.startswith(tuple(section.job_id_prefixes)):
+        if section.job_id_prefixes and not any(ray_id_within(ref, p) for p in section.job_id_prefixes):
             raise InvalidInput(f"external_ref: Ray job {ref!r} is outside tenant {tenant!r}'s scope "
                                f"(job id prefixes {section.job_id_prefixes}).")
     elif isinstance(section, WebhookScope):
@@ -136,6 +213,16 @@ def check_registration(
         if not isinstance(url, str) or not any(url_within(url, p) for p in section.url_prefixes):
             raise InvalidInput(f"target_options.url: {url!r} is outside tenant {tenant!r}'s scope "
                                f"(URL prefixes {section.url_prefixes}).")
+
+
+def ray_id_within(ref: str, prefix: str) -> bool:
+    """``ref`` continues ``prefix`` on a segment boundary: it equals the prefix, or the prefix
+    ends with a separator (``_-.:``), or the character after it is one. An empty prefix covers
+    nothing."""
+    if not prefix.strip() or not ref.startswith(prefix):
+        return False
+    rest = ref[len(prefix):]
+    return not rest or prefix[-1] in RAY_SEPARATORS or rest[0] in RAY_SEPARATORS
 
 
 def url_within(url: str, prefix: str) -> bool:
@@ -146,7 +233,7 @@ def url_within(url: str, prefix: str) -> bool:
         same_origin = (u.scheme.lower(), u.hostname, u.port) == (p.scheme.lower(), p.hostname, p.port)
     except ValueError:
         return False
-    if not same_origin or u.username or u.password or any(c in url for c in "\r\n\t "):
+    if not same_origin or not p.hostname or u.username or u.password or any(c in url for c in "\r\n\t "):
         return False
     if has_traversal(u.path):
         return False
@@ -171,7 +258,7 @@ def checkpoint_allowed(uri: str, prefixes: Sequence[str]) -> bool:
     as_uri = _as_uri(uri)
     for prefix in prefixes:
         base = _as_uri(prefix).rstrip("/")
-        if as_uri == base or as_uri.startswith(base + "/"):
+        if base and (as_uri == base or as_uri.startswith(base + "/")):
             return True
     return False
 

@@ -30,6 +30,10 @@ class ServiceSettings(BaseSettings):
     ingest_chunk: int = Field(default=100, ge=1)
     max_step: int = Field(default=10**12, ge=1)
     max_history: int = Field(default=100_000, ge=10)
+    #: The most a job's rule may give a parameter that sizes its state or its work per eval
+    #: (mann-kendall ``max_window``, slaq ``window``); registration above it is 422
+    #: (:mod:`evalstop.service.limits`, docs/service.md).
+    rule_max_window: int = Field(default=256, ge=1)
     run_worker: bool = True
     worker_poll_s: float = Field(default=0.1, gt=0, le=60)
     worker_lease_s: float = Field(default=30.0, gt=0)

@@ -25,6 +25,7 @@ from evalstop.service.adapters._common import (
     setting_str,
     write_pin_marker,
 )
+from evalstop.service.scopes import ray_id_within
 
 log = logging.getLogger("evalstop.service.adapters.ray")
 TERMINAL = frozenset({"STOPPED", "SUCCEEDED", "FAILED"})
@@ -67,13 +68,14 @@ class RayJobsAdapter(EnforcementAdapter):
         return str(status) if status is not None else None
 
     def check_owner(self, job: JobRef) -> None:
-        """The submission id has one of the scope's prefixes, and the job was submitted with
-        every ``metadata`` key/value the scope names (``ray job submit --metadata-json``)."""
+        """The submission id has one of the scope's prefixes (on a segment boundary), and the job
+        was submitted with every ``metadata`` key/value the scope names
+        (``ray job submit --metadata-json``)."""
         scope = scope_section(job, self.name)
         if scope is None:
             return
         prefixes = tuple(scope.get("job_id_prefixes") or ())
-        if prefixes and not job.external_ref.startswith(prefixes):
+        if prefixes and not any(ray_id_within(job.external_ref, p) for p in prefixes):
             raise NotOwned(f"job {job.job_id}: Ray job {job.external_ref!r} lacks the prefixes "
                            f"{list(prefixes)}")
         wanted = dict(scope.get("metadata") or {})

@@ -70,14 +70,15 @@ def slurm_job_id(job: JobRef) -> str:
 
 def check_slurm_owner(job: JobRef, records: Sequence[Mapping[str, str]]) -> None:
     """Refuse unless every record (one per array task) has an account, user and partition the
-    tenant's slurm scope allows (an empty list in the scope allows any)."""
+    tenant's slurm scope allows (an empty list in the scope allows any; a record without the
+    field never matches a list, also one with an empty entry)."""
     scope = scope_section(job, "slurm")
     if scope is None:
         return
     for record in records:
         for key, allowed in (("account", scope.get("accounts")), ("user", scope.get("users")),
                              ("partition", scope.get("partitions"))):
-            if allowed and record.get(key) not in allowed:
+            if allowed and (not record.get(key) or record.get(key) not in allowed):
                 raise NotOwned(f"job {job.job_id}: Slurm job {job.external_ref} has {key} "
                                f"{record.get(key)!r}, outside tenant {job.tenant!r}'s scope "
                                f"({key}s {list(allowed)})")

@@ -51,20 +51,35 @@ def _fmt(v: float) -> str:
     return f"{v:.4g}"
 
 
-def _axes(x: Scale, y: Scale, time_format: str | None = None, xlabel: str = "step") -> list[str]:
-    base = HEIGHT - BOTTOM
+def _text_width(text: str, size: float = 11) -> float:
+    """About how wide ``text`` is drawn (system-ui digits and letters average ~0.6 em)."""
+    return 0.6 * size * len(text)
+
+
+def _anchor(px: float, width: float, lo: float = LEFT, hi: float = WIDTH - RIGHT) -> tuple[float, str]:
+    """Where to put a label of ``width`` centred on ``px`` so that it stays within ``lo..hi``:
+    centred when it fits, else flush with the nearer edge."""
+    if px - width / 2 < lo:
+        return lo, "start"
+    if px + width / 2 > hi:
+        return hi, "end"
+    return px, "middle"
+
+
+def _axes(x: Scale, y: Scale, time_format: str | None = None, xlabel: str = "step", *,
+          top: float = TOP, height: float = HEIGHT) -> list[str]:
+    base = height - BOTTOM
     out = [f'<line x1="{LEFT}" y1="{base}" x2="{WIDTH - RIGHT}" y2="{base}" stroke="#555"/>',
-           f'<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{base}" stroke="#555"/>']
+           f'<line x1="{LEFT}" y1="{top}" x2="{LEFT}" y2="{base}" stroke="#555"/>']
     for t in _ticks(y.lo, y.hi):
         py = y(t)
         out.append(f'<line x1="{LEFT}" y1="{py}" x2="{WIDTH - RIGHT}" y2="{py}" stroke="#eee"/>')
         out.append(f'<text x="{LEFT - 6}" y="{py + 4}" text-anchor="end" font-size="11">{_fmt(t)}</text>')
     for t in _ticks(x.lo, x.hi):
-        px = x(t)
         label = _fmt(t) if time_format is None else time.strftime(time_format, time.gmtime(t))
-        out.append(f'<text x="{px}" y="{HEIGHT - BOTTOM + 16}" text-anchor="middle" font-size="11">'
-                   f'{label}</text>')
-    out.append(f'<text x="{(LEFT + WIDTH - RIGHT) / 2}" y="{HEIGHT - 4}" text-anchor="middle" '
+        px, anchor = _anchor(x(t), _text_width(label), LEFT + 2, WIDTH)
+        out.append(f'<text x="{px}" y="{base + 16}" text-anchor="{anchor}" font-size="11">{label}</text>')
+    out.append(f'<text x="{(LEFT + WIDTH - RIGHT) / 2}" y="{height - 4}" text-anchor="middle" '
                f'font-size="11" fill="#555">{escape(xlabel)}</text>')
     return out
 
@@ -104,8 +119,8 @@ def curve_svg(
     x = Scale(*_limits([s for s, _ in points]), LEFT, WIDTH - RIGHT)
     y = Scale(*_limits(ys), HEIGHT - BOTTOM, TOP)
     by_step = dict(points)
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" '
-             f'height="{HEIGHT}" role="img" aria-label="eval curve" id="curve">', *_axes(x, y)]
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" '
+             f'role="img" aria-label="eval curve" id="curve">', *_axes(x, y)]
     if evidence.band:
         parts.append(_polyline(_steps(_thin(evidence.band)), x, y, stroke="#d62728", stroke_width="1",
                                stroke_dasharray="4 3", id="band"))
@@ -130,35 +145,57 @@ def _time_format(span_s: float) -> str:
 
 def _best_marker(step: int, bx: float, by: float) -> str:
     diamond = f"{bx},{by - 9} {bx + 8},{by} {bx},{by + 9} {bx - 8},{by}"
+    label = f"best checkpoint (step {step})"
+    tx, anchor = _anchor(bx, _text_width(label))
+    ty = by - 13 if by - 13 > TOP + 11 else by + 22  # below the marker when it sits at the top
     return (f'<g id="marker-best" data-step="{step}">'
             f'<polygon points="{diamond}" fill="#2ca02c" stroke="#fff"/>'
-            f'<text x="{bx}" y="{by - 13}" text-anchor="middle" font-size="11" fill="#2ca02c">'
-            f'best checkpoint (step {step})</text></g>')
+            f'<text x="{tx}" y="{ty}" text-anchor="{anchor}" font-size="11" fill="#2ca02c">'
+            f'{label}</text></g>')
 
 
 def _stop_marker(step: int, sx: float, label: str) -> str:
+    """A vertical line at the stop; its label at the top of the plot, on the side with room."""
+    text = f"{label} (step {step})"
+    right = sx + 4 + _text_width(text) <= WIDTH - RIGHT
+    tx, anchor = (sx + 4, "start") if right else (sx - 4, "end")
     return (f'<g id="marker-stop" data-step="{step}">'
             f'<line x1="{sx}" y1="{TOP}" x2="{sx}" y2="{HEIGHT - BOTTOM}" stroke="#d62728" stroke-width="2"/>'
-            f'<text x="{sx + 4}" y="{HEIGHT - BOTTOM - 6}" font-size="11" fill="#d62728">'
-            f'{escape(label)} (step {step})</text></g>')
+            f'<text x="{tx}" y="{TOP + 11}" text-anchor="{anchor}" font-size="11" fill="#d62728">'
+            f'{escape(text)}</text></g>')
+
+
+def _legend(names: Sequence[str], texts: Sequence[str]) -> tuple[list[str], float]:
+    """Legend entries laid out in rows above the plot (never on its lines); their height."""
+    out, px, row = [], float(LEFT), 0
+    for n, text in enumerate(texts):
+        width = _text_width(text, 12) + 18
+        if px + width > WIDTH - RIGHT and px > LEFT:
+            px, row = float(LEFT), row + 1
+        color = PALETTE[n % len(PALETTE)]
+        out.append(f'<text x="{px}" y="{TOP + 12 + 16 * row}" font-size="12" fill="{color}" '
+                   f'class="legend-entry" data-tenant="{escape(names[n])}">{escape(text)}</text>')
+        px += width
+    return out, 16.0 * (row + 1) + 6
 
 
 def series_svg(series: dict[str, Sequence[tuple[float, float]]], now: float) -> Markup:
-    """Cumulative step lines, one per tenant, over wall-clock time (x: UTC)."""
-    drawn = {name: pts for name, pts in series.items() if pts}
+    """Cumulative step lines, one per tenant, over wall-clock time (x: UTC); the legend sits in a
+    band above the plot."""
+    drawn = dict(sorted((name, pts) for name, pts in series.items() if pts))
     if not drawn:
         return Markup('<p class="muted">No enforced stops yet.</p>')
+    legend, band = _legend(list(drawn), [f"{name}: {pts[-1][1]:.2f} GPU-h" for name, pts in drawn.items()])
+    top, height = TOP + band, HEIGHT + band
     ts = [t for pts in drawn.values() for t, _ in pts] + [now]
     x = Scale(*_limits(ts), LEFT, WIDTH - RIGHT)
-    y = Scale(*_limits([0.0] + [v for pts in drawn.values() for _, v in pts]), HEIGHT - BOTTOM, TOP)
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" '
-             f'height="{HEIGHT}" role="img" aria-label="reclaimed GPU-hours" id="reclaimed-chart">',
-             *_axes(x, y, _time_format(x.hi - x.lo), xlabel="time (UTC)")]
-    for n, (name, pts) in enumerate(sorted(drawn.items())):
+    y = Scale(*_limits([0.0] + [v for pts in drawn.values() for _, v in pts]), height - BOTTOM, top)
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" '
+             f'role="img" aria-label="reclaimed GPU-hours" id="reclaimed-chart">',
+             *_axes(x, y, _time_format(x.hi - x.lo), xlabel="time (UTC)", top=top, height=height), *legend]
+    for n, (name, pts) in enumerate(drawn.items()):
         color = PALETTE[n % len(PALETTE)]
         line = _steps([(pts[0][0], 0.0), *pts, (now, pts[-1][1])])
         parts.append(_polyline(line, x, y, stroke=color, stroke_width="2", data_tenant=escape(name)))
-        parts.append(f'<text x="{LEFT + 8}" y="{TOP + 14 * (n + 1)}" font-size="12" fill="{color}">'
-                     f'{escape(name)}: {pts[-1][1]:.2f} GPU-h</text>')
     parts.append("</svg>")
     return Markup("".join(parts))

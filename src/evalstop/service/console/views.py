@@ -3,6 +3,8 @@ layer and :mod:`evalstop.service.reports` (the same functions the JSON API calls
 
 from __future__ import annotations
 
+import hashlib
+import json
 import secrets
 import time
 from collections.abc import Sequence
@@ -126,11 +128,17 @@ async def home() -> Response:
     return RedirectResponse("/ui/jobs", status_code=303)
 
 
+def _signed_out() -> Response:
+    """What a page's live update gets without a session: 401, which the script reports as
+    signed out (a redirect to the sign-in page would read as a 200)."""
+    return Response("signed out", status_code=401, media_type="text/plain", headers=SECURITY_HEADERS)
+
+
 @router.get("/jobs")
 async def jobs_page(request: Request) -> Response:
     session = await _session(request)
     if session is None:
-        return _to_login()
+        return _signed_out() if request.query_params.get("partial") else _to_login()
     f = Filters.parse(request.query_params)
     store = _ctx(request).store
     rows, total = await run_in_threadpool(job_rows, store, session.tenant, f)
@@ -144,18 +152,45 @@ async def jobs_page(request: Request) -> Response:
 @router.get("/jobs/{job_id}")
 async def job_view(request: Request, job_id: str) -> Response:
     session = await _session(request)
+    live = request.query_params.get("partial") == "live"
     if session is None:
-        return _to_login()
-    return await _job_response(request, session, job_id)
+        return _signed_out() if live else _to_login()
+    if not live:
+        return await _job_response(request, session, job_id)
+    try:
+        token = await run_in_threadpool(_live_token, _ctx(request).store, job_id, session.tenant)
+    except NotFound:
+        return render("error.html", 404, session=session, message=f"Job {job_id!r} not found.")
+    if token == request.query_params.get("since"):
+        return Response(status_code=204, headers=SECURITY_HEADERS)  # nothing changed: nothing redrawn
+    return await _job_response(request, session, job_id, template="job_live.html", token=token)
 
 
 async def _job_response(request: Request, session: Session, job_id: str, status: int = 200,
-                        error: str = "") -> Response:
+                        error: str = "", template: str = "job.html", token: str = "") -> Response:
+    store = _ctx(request).store
     try:
-        page = await run_in_threadpool(job_page, _ctx(request).store, job_id, session.tenant)
+        page = await run_in_threadpool(job_page, store, job_id, session.tenant)
     except NotFound:
         return render("error.html", 404, session=session, message=f"Job {job_id!r} not found.")
-    return render("job.html", status, session=session, p=page, error=error)
+    tenant_shadow = await run_in_threadpool(_tenant_shadow, store, page.job["tenant"])
+    return render(template, status, session=session, p=page, error=error, tenant_shadow=tenant_shadow,
+                  token=token)
+
+
+def _tenant_shadow(store: Any, tenant: str) -> bool:
+    """Whether the job's tenant is in shadow mode (its jobs' stops are recorded, not enforced)."""
+    return any(t["shadow"] for t in domain.list_tenants(store) if t["name"] == tenant)
+
+
+def _live_token(store: Any, job_id: str, tenant: str | None) -> str:
+    """A digest of what the live parts of a job page show (the job row with its eval count and
+    deliveries, the audit trail's length, the tenant's shadow mode): the page polls with it and
+    gets 204 while it is unchanged, so a quiet job costs a few small queries, not a redraw of its
+    whole history. NotFound for another tenant's job."""
+    job = domain.get_job(store, job_id, tenant)
+    seen = [job, len(controls.list_audit(store, job_id, tenant)), _tenant_shadow(store, job["tenant"])]
+    return hashlib.sha256(json.dumps(seen, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
 async def _checked_form(request: Request) -> tuple[Session | None, dict[str, str], Response | None]:
@@ -176,6 +211,9 @@ async def override(request: Request, job_id: str) -> Response:
     action = form.get("action", "")
     if action not in OVERRIDE_ACTIONS:
         return await _job_response(request, session, job_id, 422, f"Unknown action {action!r}.")
+    if action == "stop_now" and not form.get("reason", "").strip():
+        return await _job_response(request, session, job_id, 422,
+                                   "reason: say why this job must stop now (kept in the audit trail).")
     actor = controls.Actor(session.tenant, session.name, "console")
 
     def apply() -> None:
