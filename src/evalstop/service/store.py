@@ -247,9 +247,11 @@ class Store:
 
 
 def open_store(
-    url: str, *, synchronous: str = "FULL", limits: Limits | None = None, group_commit: bool = True
+    url: str, *, synchronous: str = "FULL", limits: Limits | None = None, group_commit: bool = True,
+    migrate: bool = True,
 ) -> Store:
-    """Build the engine for ``url`` (SQLite pragmas included) and create missing tables."""
+    """Build the engine for ``url`` (SQLite pragmas included) and create or migrate the schema
+    (``migrate=False``: leave it as it is; see :func:`.migrate.require_head`)."""
     if url.startswith("postgresql:"):
         url = "postgresql+psycopg:" + url.removeprefix("postgresql:")
     if url.startswith("sqlite"):
@@ -258,7 +260,8 @@ def open_store(
     else:
         engine = sa.create_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True)
     store = Store(engine, limits, group_commit=group_commit)
-    store.create_schema()
+    if migrate:
+        store.create_schema()
     return store
 
 
