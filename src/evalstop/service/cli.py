@@ -103,5 +103,6 @@ def _exit_on_sigterm(_signum: int, _frame: Any) -> None:
 def _first_error(exc: Any) -> str:
     """One line naming the setting and the problem (never the value: it may be a secret)."""
     err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"]) or "settings"
-    return f"{where}: {err['msg']}"
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    where = ".".join(str(p) for p in err["loc"])
+    return f"{where}: {msg}" if where else msg
