@@ -16,65 +16,24 @@ import json
 import os
 import secrets
 import socket
-import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from ._podman import (
-    BASE_IMAGE,
-    IMAGE,
-    LIMITS,
-    ROOT,
-    RUN_OPTS,
-    Receiver,
-    build_context,
-    missing_tools,
-    podman,
-    start_postgres,
-    stop_postgres,
-    wait_until,
-)
+from ._podman import IMAGE, LIMITS, RUN_OPTS, Receiver, podman, start_postgres, stop_postgres, wait_until
 
 pytestmark = pytest.mark.slow
 GRACE_S = 20
-WHEEL_CACHE = Path("/var/tmp/evalstop-ci-wheels")
-SENTINEL_INDEX = "https://pip-index-sentinel.invalid/simple"
 
 
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("0.0.0.0", 0))
         return int(s.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def image() -> Iterator[dict[str, float]]:
-    why = missing_tools()
-    if why is not None:
-        if os.environ.get("CI") == "true" and os.geteuid() == 0:
-            pytest.fail(f"the container test must run in CI: {why}")
-        pytest.skip(why)
-    t0 = time.monotonic()
-    subprocess.run(["bash", str(ROOT / "deploy" / "container" / "debian-base.sh"), BASE_IMAGE], check=True,
-                   capture_output=True, timeout=900)
-    t_base = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="evalstop-ctx-") as ctx:
-        build_context(Path(ctx), WHEEL_CACHE, sys.executable)
-        t_wheels = time.monotonic()
-        podman("build", *RUN_OPTS, *LIMITS, "--format", "docker", "--build-arg", f"BASE={BASE_IMAGE}",
-               "--build-arg", "PIP_NO_INDEX=1", "--build-arg", f"PIP_INDEX_URL={SENTINEL_INDEX}",
-               "-f", f"{ctx}/deploy/container/Containerfile", "-t", IMAGE, ctx, timeout=1800)
-    t_built = time.monotonic()
-    size = int(podman("image", "inspect", "--format", "{{.Size}}", IMAGE).stdout.strip())
-    yield {"base_s": t_base - t0, "wheels_s": t_wheels - t_base, "build_s": t_built - t_wheels,
-           "image_mb": size / 1e6}
 
 
 def test_image_keeps_no_pip_settings_and_runs_as_non_root(image: dict[str, float]) -> None:
@@ -98,7 +57,7 @@ class Replica:
 
     def start(self) -> float:
         """Start the container; seconds from ``podman run`` to ``/readyz`` answering 200."""
-        podman("rm", "-f", self.name, check=False)
+        podman("rm", "-f", "-v", self.name, check=False)
         env = [a for k, v in self.env.items() for a in ("-e", f"{k}={v}")]
         t0 = time.monotonic()
         podman("run", "-d", "--name", self.name, *RUN_OPTS, *LIMITS, "-p", "127.0.0.1::8000",
@@ -171,7 +130,7 @@ def test_two_replicas_in_containers(image: dict[str, float], tmp_path: Path) -> 
         assert "Application shutdown complete" in replicas[0].logs()
     finally:
         for r in replicas:
-            podman("rm", "-f", "--time", "0", r.name, check=False)
+            podman("rm", "-f", "-v", "--time", "0", r.name, check=False)
         hook.close()
         stop_postgres(pg_ctl, pg_data)
     figures["test_s"] = round(time.monotonic() - t0, 1)
