@@ -72,12 +72,13 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if settings.admin_token is None:
         logging.getLogger("evalstop.service").warning(
-            "EVALSTOP_ADMIN_TOKEN is not set: operator routes (create tenants) are disabled")
+            "neither EVALSTOP_ADMIN_TOKEN nor EVALSTOP_ADMIN_TOKEN_FILE is set: operator routes "
+            "(create tenants) are disabled")
     try:
         app = create_app(settings)
     except (PullConfigError, SchemaNotCurrent) as exc:
         print(f"evalstop serve: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_CONFIG
     # The app's ~80k long-lived objects (FastAPI, pydantic, SQLAlchemy) made every full garbage
     # collection a ~25 ms pause in the middle of requests (the p99/max latency of the load
     # benchmark); frozen, they are never scanned again. Objects made later are collected as usual.
