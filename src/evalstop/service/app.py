@@ -10,7 +10,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from . import console
@@ -72,7 +72,7 @@ def _release_leases(ctx: ServiceContext) -> None:
     the leases to expire); a database that is gone by now only delays that."""
     try:
         released = ctx.worker.release_leases()
-    except OperationalError as exc:
+    except SQLAlchemyError as exc:
         log.warning("shutdown: outbox leases not released (%s); they expire by themselves",
                     type(exc).__name__)
         return
