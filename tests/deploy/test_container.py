@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import socket
 import tempfile
 import time
@@ -133,6 +134,7 @@ def test_two_replicas_in_containers(image: dict[str, float], tmp_path: Path) -> 
             podman("rm", "-f", "-v", "--time", "0", r.name, check=False)
         hook.close()
         stop_postgres(pg_ctl, pg_data)
+        shutil.rmtree(pg_root, ignore_errors=True)
     figures["test_s"] = round(time.monotonic() - t0, 1)
     print(f"\ncontainer figures: { {k: round(v, 1) for k, v in image.items()} } {figures}")
 
