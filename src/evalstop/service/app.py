@@ -47,6 +47,8 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
             if pull is not None:
                 pull.stop()
             ctx.worker.stop()
+            if settings.run_worker:
+                _release_leases(ctx)
             ctx.adapters.close()
             ctx.store.dispose()
 
@@ -63,6 +65,19 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
     app.add_middleware(ScoresFastPath, ctx=ctx, domain_error=_domain_error, database_error=_database_error)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)  # outermost: limits the fast path too
     return app
+
+
+def _release_leases(ctx: ServiceContext) -> None:
+    """At shutdown, hand the worker's outbox rows back at once (another replica need not wait for
+    the leases to expire); a database that is gone by now only delays that."""
+    try:
+        released = ctx.worker.release_leases()
+    except DatabaseUnavailable as exc:
+        log.warning("shutdown: outbox leases not released (%s); they expire by themselves",
+                    type(exc).__name__)
+        return
+    if released:
+        log.info("shutdown: released %d outbox lease(s) for the other replicas", released)
 
 
 async def _domain_error(_request: Request, exc: Exception) -> JSONResponse:

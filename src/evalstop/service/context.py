@@ -13,6 +13,7 @@ from .metrics import ServiceMetrics
 from .scopes import TenantScope, parse_scope
 from .settings import ServiceSettings
 from .store import Limits, Store, open_store
+from .store.migrate import require_head
 from .targets import AdapterRegistry
 from .worker import RetryPolicy, Worker
 
@@ -85,7 +86,13 @@ class ServiceContext:
         limits = Limits(max_batch=settings.max_batch, max_step=settings.max_step,
                         max_history=settings.max_history, ingest_chunk=settings.ingest_chunk)
         store = open_store(settings.database_url, synchronous=settings.sqlite_synchronous, limits=limits,
-                           group_commit=settings.sqlite_group_commit)
+                           group_commit=settings.sqlite_group_commit, migrate=settings.migrate_on_start)
+        if not settings.migrate_on_start:
+            try:
+                require_head(store.engine)  # a migration job owns the schema: refuse any other
+            except Exception:
+                store.dispose()
+                raise
         adapters = AdapterRegistry(settings.adapter_plugins, settings.adapter_settings)
         metrics = ServiceMetrics()
         retry = RetryPolicy(settings.worker_max_attempts, settings.backoff_base_s, settings.backoff_max_s)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -18,6 +18,13 @@ class ServiceSettings(BaseSettings):
     database_url: str = "sqlite:///evalstop.db"
     #: Operator token (create tenants, see and change every job). None disables admin routes.
     admin_token: SecretStr | None = None
+    #: A file holding the operator token (a mounted secret); read once at start-up, surrounding
+    #: whitespace stripped. Give this or ``admin_token``, not both.
+    admin_token_file: Path | None = None
+    #: Bring the schema to this release's head at start-up (under an advisory lock on PostgreSQL).
+    #: False: only check it is there and refuse to start otherwise; a migration job runs
+    #: ``evalstop serve --migrate-only`` once instead (docs/deploy.md).
+    migrate_on_start: bool = True
     #: ``FULL``: every acknowledged write survives power loss; ``NORMAL`` (WAL): survives a crash
     #: of the process, the last commits may be lost on power loss.
     sqlite_synchronous: Literal["FULL", "NORMAL"] = "FULL"
@@ -64,6 +71,23 @@ class ServiceSettings(BaseSettings):
                 f"database_url must be a sqlite:/// or postgresql:// URL. Got {_redact(value)!r} instead."
             )
         return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _token_from_file(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or data.get("admin_token_file") in (None, ""):
+            return data
+        if data.get("admin_token") not in (None, ""):
+            raise ValueError("admin_token and admin_token_file are both set; give one of them")
+        path = Path(data["admin_token_file"])
+        try:
+            token = path.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = type(exc).__name__
+            raise ValueError(f"admin_token_file {str(path)!r} cannot be read ({reason})") from None
+        if not token:
+            raise ValueError(f"admin_token_file {str(path)!r} is empty")
+        return {**data, "admin_token": token}
 
     @field_validator("adapter_plugins")
     @classmethod

@@ -71,6 +71,13 @@ class Worker(DaemonLoop):
             if not busy:
                 stop.wait(self.poll_s)
 
+    def release_leases(self) -> int:
+        """Give up the leases this worker still holds (at shutdown, after :meth:`stop`), so another
+        replica takes those rows now instead of when the leases expire; return how many. Safe even
+        if the thread is still inside an adapter call: the next claim bumps the row's fencing
+        epoch, so that call's later writes raise :class:`LeaseLost`."""
+        return delivery_store.release_leases(self.store, self.owner)
+
     # -- one pass -----------------------------------------------------------------------------
     def run_once(self, limit: int = 20) -> int:
         """Claim due rows one at a time and advance each as far as it can go now; return how many."""

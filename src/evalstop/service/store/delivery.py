@@ -34,6 +34,13 @@ def claim(store: Store, now: float, lease_s: float, owner: str) -> tuple[int, in
     return int(row.id), epoch
 
 
+def release_leases(store: Store, owner: str) -> int:
+    """Clear the leases ``owner`` still holds on rows not yet done or failed; return how many."""
+    held = outbox.update().where(outbox.c.lease_owner == owner, outbox.c.phase.not_in(TERMINAL))
+    with store.transaction() as conn:
+        return int(conn.execute(held.values(lease_until=None, lease_owner=None)).rowcount)
+
+
 def load(store: Store, row_id: int) -> tuple[RowMapping, RowMapping, str | None, dict[str, Any] | None]:
     """The outbox row, its job, the decision's best checkpoint URI, and the tenant's scope."""
     with store.reading() as conn:

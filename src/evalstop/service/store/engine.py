@@ -121,10 +121,11 @@ class Store:
 
 
 def open_store(
-    url: str, *, synchronous: str = "FULL", limits: Limits | None = None, group_commit: bool = True
+    url: str, *, synchronous: str = "FULL", limits: Limits | None = None, group_commit: bool = True,
+    migrate: bool = True,
 ) -> Store:
     """Build the engine for ``url`` (SQLite pragmas included), pick its dialect, and create or
-    migrate the tables."""
+    migrate the tables (``migrate=False``: leave them as they are; see :func:`.migrate.require_head`)."""
     if url.startswith("postgresql:"):
         url = "postgresql+psycopg:" + url.removeprefix("postgresql:")
     dialect: Dialect
@@ -136,7 +137,8 @@ def open_store(
         engine = sa.create_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True)
         dialect = Postgres()
     store = Store(engine, dialect, limits, group_commit=group_commit)
-    store.create_schema()
+    if migrate:
+        store.create_schema()
     return store
 
 

@@ -51,6 +51,26 @@ def upgrade(engine: Engine) -> None:
         command.upgrade(config, "head")  # type: ignore[arg-type]
 
 
+class SchemaNotCurrent(RuntimeError):
+    """The database is not at this release's schema and this process may not migrate it."""
+
+
+def current_revision(engine: Engine) -> str | None:
+    """The database's Alembic revision; None for an empty database or one before migrations."""
+    with engine.connect() as conn:
+        if "alembic_version" not in sa.inspect(conn).get_table_names():
+            return None
+        return conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
+
+
+def require_head(engine: Engine) -> None:
+    """Raise :class:`SchemaNotCurrent`, naming both revisions, unless the schema is at head."""
+    found, head = current_revision(engine), head_revision()
+    if found != head:
+        raise SchemaNotCurrent(f"the database schema is at revision {found or 'none'}, this release needs "
+                               f"{head}: run the migration job (evalstop serve --migrate-only) first")
+
+
 def head_revision() -> str:
     from alembic.config import Config
     from alembic.script import ScriptDirectory
