@@ -38,13 +38,15 @@ class Eval:
     """One evaluation of a job: what a platform can see, and nothing more.
 
     ``score`` is the watched eval metric, ``progress`` the fraction of the job's budget done
-    (0..1, if known), ``loss`` the training loss at that point (if reported).
+    (0..1, if known), ``loss`` the training loss at that point (if reported), ``stderr`` the
+    score's standard error (if known: e.g. the sd of per-prompt scores over sqrt(n)).
     """
 
     step: int
     score: float
     progress: float | None = None
     loss: float | None = None
+    stderr: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +164,13 @@ class Detector(ABC):
     def running_reason(self, state: State) -> str:
         """Why a state that has not fired says CONTINUE."""
         return "has not fired"
+
+    def elevated(self, state: State) -> bool:
+        """Whether the evidence in ``state`` is elevated: a decline may have started, so an
+        adaptive cadence asks for the next eval soon. By default: the latest eval is not the
+        running best (it is below it, or invalid). A rule may say more (its statistic is up)."""
+        n: int = state["n"]
+        return n > 0 and state["best_index"] != n - 1
 
     def fold_rows(self, scores: Any) -> tuple[Any, Any] | None:
         """Optional: ``evaluate`` over every row of a (jobs x evals) float score matrix at once,
