@@ -21,6 +21,8 @@ from evalstop.detectors import (
     parse_cadence,
     watch,
 )
+from evalstop.experiments import cadence_policy
+from evalstop.experiments.holdout import Case
 from evalstop.replay import replay_rows
 
 RISE_FALL = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.55, 0.5, 0.45, 0.4, 0.35, 0.3, 0.25, 0.2]
@@ -170,3 +172,44 @@ def test_stderr_column_is_read_and_used_by_cusum() -> None:
     assert Cusum(n_warmup_evals=1).evaluate(evals).stop_index == 6
     # without it the online estimate (which the fall itself inflates) needs one more eval
     assert Cusum(n_warmup_evals=1).evaluate([Eval(e.step, e.score) for e in evals]).stop_index == 7
+
+
+# ---- the study behind `evalstop validate`'s cadence tables -----------------------------------------
+
+
+def case(job: str, family: str, label: str, scores: list[float], truth: list[float]) -> Case:
+    peak = max(range(len(truth)), key=truth.__getitem__)
+    return Case(job, family, label, tuple(dense(scores)), tuple(truth), peak)
+
+
+def test_detectable_needs_two_evals_after_the_peak_and_a_drop_of_two_sds() -> None:
+    fall = case("a", "base", "hacking", RISE_FALL, RISE_FALL)
+    assert cadence_policy.detectable(fall, "every:1") and cadence_policy.detectable(fall, "every:3")
+    late = [*RISE_FALL[:6], 0.3]  # one eval after the peak
+    late_case = case("b", "base", "hacking", late, late)
+    assert cadence_policy.detectable(late_case, "every:1") is False
+    noisy = [0.5 + (0.2 if i % 2 else -0.2) for i in range(12)]
+    small = case("c", "base", "hacking", noisy, [0.5] * 6 + [0.45] * 6)  # a drop of 0.05, sd ~0.2
+    assert not cadence_policy.detectable(small, "every:1")
+
+
+def test_run_case_maps_the_stop_and_checkpoint_back_to_dense_evals() -> None:
+    fall = case("a", "base", "hacking", RISE_FALL, RISE_FALL)
+    run = cadence_policy.run_case("evalstop:k=2,against=best", "adaptive:every=3,dense=1", fall)
+    assert run == cadence_policy.Run(used=4, stop_index=9, delivered=5)
+    flat = case("b", "base", "healthy", [0.5] * 9, [0.5] * 9)
+    run = cadence_policy.run_case("evalstop:k=2,against=best", "every:3", flat)
+    assert run == cadence_policy.Run(3, None, 8)
+
+
+def test_leave_one_bank_out_never_scores_a_bank_with_a_spec_chosen_on_it() -> None:
+    # numpy runs fall steeply (any k stops them); the TRL run wobbles (k=1 stops a healthy run)
+    wobble = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.58, 0.62, 0.6, 0.64, 0.63, 0.66]
+    cases = [case(f"n{i}", "base", "hacking", RISE_FALL, RISE_FALL) for i in range(3)]
+    cases += [case("t0", "trl-proxy", "healthy", wobble, wobble)]
+    report = cadence_policy.study("evalstop:k=1", ["evalstop:k=1", "evalstop:k=3"], cases)
+    held = report["held_out"]
+    assert held["chosen"] == {"numpy": "evalstop:k=3", "trl": "evalstop:k=1"}
+    assert held["banks"]["trl"]["every:1"]["fpr"] == 1.0  # chosen on numpy alone, it fails TRL
+    assert held["final"] in ("evalstop:k=1", "evalstop:k=3")
+    assert "| trl | every:1 |" in cadence_policy.render(report)

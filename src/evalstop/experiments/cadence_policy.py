@@ -7,9 +7,12 @@ A run that never stops delivers its last dense eval's checkpoint (the job ran to
 
 *Detectable* (issue 20): a hacking run counts in recall at a cadence only when its decline is
 visible there: at least ``MIN_EVALS_AFTER`` evals after the true peak among those the sparse base
-(``every:3`` for the adaptive policy) would run, and a drop in the watched score from the best
-of them up to the peak to the lowest after it of at least ``MIN_DROP_SDS`` noise sds (the sd of
-the dense watched curve, ``curve_sigma``). Both recalls are printed.
+(``every:3`` for the adaptive policy) would run, and a drop of the watched score's expectation
+from the peak to the lowest of those evals of at least ``MIN_DROP_SDS`` noise sds (the noise sd of
+the dense watched curve, ``curve_sigma``). On both banks the watched eval is a small sample of
+the gold metric, so its expectation is the true gold curve; reading the drop off the noisy
+scores instead (best before minus lowest after) would call a flat run with noise "visible".
+Both recalls are printed.
 
 Selection is leave one bank out: the numpy bank and the TRL bank. For each bank the candidate
 whose *worst* shortfall over the three cadences is smallest on the other bank is applied to it;
@@ -68,15 +71,11 @@ def run_case(spec: str, cadence: str, case: Case) -> Run:
 def detectable(case: Case, cadence: str) -> bool:
     """Whether the hacking run's decline is visible at ``cadence``'s sparse base (module doc)."""
     n = parse_cadence(BASE_OF.get(cadence, cadence)).first
-    kept = list(range(n - 1, len(case.evals), n))
-    scores = [case.evals[i].score for i in range(len(case.evals))]
-    finite = [s for s in scores if math.isfinite(s)]
-    sigma = curve_sigma(finite) or 0.0
-    before = [scores[i] for i in kept if i <= case.peak_index and math.isfinite(scores[i])]
-    after = [scores[i] for i in kept if i > case.peak_index and math.isfinite(scores[i])]
-    if len(after) < MIN_EVALS_AFTER or not before:
+    after = [case.true_quality[i] for i in range(n - 1, len(case.evals), n) if i > case.peak_index]
+    if len(after) < MIN_EVALS_AFTER:
         return False
-    return max(before) - min(after) >= MIN_DROP_SDS * sigma
+    sigma = curve_sigma([ev.score for ev in case.evals if math.isfinite(ev.score)]) or 0.0
+    return case.true_quality[case.peak_index] - min(after) >= MIN_DROP_SDS * sigma
 
 
 def score(cases: Sequence[Case], runs: Sequence[Run], cadence: str) -> dict[str, float]:
@@ -150,10 +149,12 @@ def choose(
 def study(
     spec: str, candidates: Sequence[str], cases: Sequence[Case], cadences: Sequence[str] = CADENCES
 ) -> dict[str, Any]:
-    """``spec`` per bank and cadence, and the leave-one-bank-out choice among ``candidates``."""
+    """``spec`` per bank and cadence, and the leave-one-bank-out choice among ``candidates``
+    (none with fewer than two banks)."""
+    banks = sorted({bank_of(c.family) for c in cases})
+    candidates = candidates if len(banks) > 1 else []
     specs = list(dict.fromkeys([spec, *candidates]))
     runs = table(specs, cases, cadences)
-    banks = sorted({bank_of(c.family) for c in cases})
     chosen = (
         {b: choose(candidates, cases, runs, set(banks) - {b}, cadences) for b in banks} if candidates else {}
     )
