@@ -1,7 +1,7 @@
 """Stopping rules. Each is a frozen dataclass of parameters with an incremental decision
 (``start``/``update``, folded by ``evaluate``); ``Monitor`` holds one job's state."""
 
-from ._base import Decision, Detector, Eval, Verdict
+from ._base import Decision, Detector, Eval, RuleEvidence, Verdict
 from ._cadence import DEFAULT_CADENCE, Adaptive, CadencePolicy, Every, NextEval, format_cadence, parse_cadence
 from ._cusum import Cusum
 from ._fixed_progress import FixedProgress
@@ -40,6 +40,7 @@ __all__ = [
     "NoiseAware",
     "Paired",
     "Patience",
+    "RuleEvidence",
     "SlaqLoss",
     "Verdict",
     "format_cadence",

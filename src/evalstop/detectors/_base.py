@@ -72,6 +72,23 @@ class Verdict:
         return self.decision is Decision.STOP
 
 
+@dataclass(frozen=True, slots=True)
+class RuleEvidence:
+    """What a rule's state says, for drawing and for clients (``Detector.evidence``).
+
+    ``statistic`` is how far the rule has gone towards a stop (0: nothing counts against the
+    run), ``limit`` the value at which it fires (None when it has no single one), ``label`` what
+    the statistic is. ``band`` is the score the *next* eval is compared against, on the score
+    axis (None when the rule's threshold is not on it), ``band_label`` what that line is.
+    """
+
+    statistic: float
+    limit: float | None
+    label: str
+    band: float | None = None
+    band_label: str = ""
+
+
 def is_valid(score: float | None) -> bool:
     return score is not None and math.isfinite(score)
 
@@ -164,6 +181,14 @@ class Detector(ABC):
     def running_reason(self, state: State) -> str:
         """Why a state that has not fired says CONTINUE."""
         return "has not fired"
+
+    def evidence(self, state: State) -> RuleEvidence:
+        """What ``state`` says (O(1) or O(window)). By default: the evals since the running
+        best, no band. A rule with a statistic of its own or a line on the score axis says so."""
+        n: int = state["n"]
+        best = state["best_index"]
+        since = 0 if best is None else n - 1 - best
+        return RuleEvidence(float(since), None, "evals since the best")
 
     def elevated(self, state: State) -> bool:
         """Whether the evidence in ``state`` is elevated: a decline may have started, so an

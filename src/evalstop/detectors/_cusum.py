@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 
 from .._validation import check_choice, check_float, check_int
-from ._base import Detector, Eval, State, is_valid, offer, sign_of
+from ._base import Detector, Eval, RuleEvidence, State, is_valid, offer, sign_of
 from ._noise import SIGMA_WINDOW, online_sigma, push_value, sigma_state
 
 #: Stand-in for a zero noise estimate: any real drop then counts as many sigmas.
@@ -122,6 +122,18 @@ class Cusum(Detector):
         if self.sigma_from == "best":
             return float(state["sigma_best"] or online_sigma(state) or 0.0)
         return online_sigma(state) or 0.0
+
+    def evidence(self, state: State) -> RuleEvidence:
+        """The statistic ``g``; the band is the score below which the next eval fires the rule
+        (drawn only for the per-eval form: with ``per`` it depends on the next eval's spacing)."""
+        g, best = float(state["g"]), state["best_score"]
+        band = None
+        if best is not None and self.per == 0.0 and state["n_valid"] >= self.n_warmup_evals:
+            sigma = self.sigma or (state["sigma_best"] if self.sigma_from == "best" else None) \
+                or online_sigma(state) or 0.0
+            band = best - sign_of(self.mode) * max(sigma * (self.threshold - g + self.drift), self.min_delta)
+        return RuleEvidence(g, self.threshold, "CUSUM of drops in noise sds", band,
+                            "the next eval below this fires the rule (at the current noise estimate)")
 
     def running_reason(self, state: State) -> str:
         return f"CUSUM {state['g']:.3g} <= threshold={self.threshold}"

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
-from ._base import Detector, Eval, State, Verdict, copy_state
+from ._base import Detector, Eval, RuleEvidence, State, Verdict, copy_state
 from ._cadence import DEFAULT_CADENCE, CadencePolicy, NextEval, format_cadence, parse_cadence
 from ._spec import DEFAULT_SPEC, format_spec, parse_spec
 
@@ -91,6 +91,11 @@ class Monitor:
     def accepts(self, step: int) -> bool:
         """Whether ``observe`` would fold an eval at ``step`` (not fired, and a new step)."""
         return not self.fired and (self.last_step is None or step > self.last_step)
+
+    def evidence(self) -> RuleEvidence:
+        """What the rule's state says now (``Detector.evidence``): its statistic and limit, and
+        the score line the next eval is compared against. The console draws this."""
+        return self.detector.evidence(self.state)
 
     @property
     def elevated(self) -> bool:
