@@ -63,10 +63,13 @@ class NoiseAware(Detector):
             )
 
     def reported_se(self, ev: Eval) -> float | None:
-        """The standard error of ``ev`` from its items or the job's report; None if unknown."""
+        """The standard error of ``ev`` from its items, its own ``stderr`` or the job's report;
+        None if unknown."""
         items = finite_items(ev) if self.items else None
         if items is not None:
             return mean_and_se(items)[1]
+        if ev.stderr is not None and math.isfinite(ev.stderr) and ev.stderr > 0.0:
+            return ev.stderr
         if self.sigma > 0:
             return self.sigma
         if self.n_items > 0:
