@@ -31,8 +31,12 @@ class Tokens(torch.utils.data.Dataset):  # type: ignore[misc]
         return {"input_ids": self.ids[i], "labels": self.ids[i]}
 
 
-def train(tmp_path: Path, curve: list[float], callback: EvalStopCallback, eval_steps: int):  # type: ignore[no-untyped-def]
-    """Train for len(curve) steps; the watched metric at step s is curve[s - 1]."""
+def train(  # type: ignore[no-untyped-def]
+    tmp_path: Path, curve: list[float], callback: EvalStopCallback, eval_steps: int,
+    stderr: float | None = None,
+):
+    """Train for len(curve) steps; the watched metric at step s is curve[s - 1] (with
+    ``gold_stderr`` when ``stderr`` is given)."""
     torch.manual_seed(0)
     config = transformers.GPT2Config(vocab_size=VOCAB, n_positions=SEQ, n_embd=16, n_layer=1, n_head=2,
                                      bos_token_id=0, eos_token_id=0)
@@ -44,7 +48,8 @@ def train(tmp_path: Path, curve: list[float], callback: EvalStopCallback, eval_s
     trainer = transformers.Trainer(model=transformers.GPT2LMHeadModel(config), args=args,
                                    train_dataset=Tokens(64, 1), eval_dataset=Tokens(4, 2),
                                    callbacks=[callback])
-    trainer.compute_metrics = lambda _pred: {"gold": curve[trainer.state.global_step - 1]}
+    extra = {} if stderr is None else {"gold_stderr": stderr}
+    trainer.compute_metrics = lambda _pred: {"gold": curve[trainer.state.global_step - 1], **extra}
     trainer.train()
     return trainer
 
@@ -99,3 +104,12 @@ def test_bad_cadence_settings_fail_at_train_begin(tmp_path: Path) -> None:
         train(tmp_path, HACKED, EvalStopCallback("gold", cadence="adaptive:every=3"), eval_steps=4)
     with pytest.raises(ValueError, match="Unknown cadence 'often'"):
         EvalStopCallback("gold", cadence="often")
+
+
+def test_a_logged_stderr_reaches_the_rule(tmp_path: Path) -> None:
+    """compute_metrics returns the mean and its standard error; cusum measures drops in it."""
+    curve = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.58, 0.56, 0.54]
+    callback = EvalStopCallback("gold", "cusum:n_warmup_evals=1")
+    train(tmp_path, curve, callback, eval_steps=1, stderr=0.001)
+    assert [ev.stderr for ev in callback.history.evals] == [0.001] * 7
+    assert callback.verdict.stop_step == 7  # a drop of 0.02 is 20 standard errors: fires at once

@@ -23,6 +23,10 @@ dataset) or, with no evaluations, from the training logs, at the next step. Seve
 share ``evalstop.json``: it holds one record per metric (``"metrics"``), and its top level is the
 record of the metric that stopped the run (else the first metric by name).
 
+Standard error: when the evaluation also logs ``<metric>_stderr`` (``compute_metrics`` can return
+the sd of the per-example scores over sqrt(n) when the metric is their mean), the eval carries it
+and the rules that measure noise (``cusum``, ``noise-aware``) use it for that eval.
+
 Eval cadence: with ``cadence="adaptive:every=3"`` (or ``"every:N"``, or a policy object) the
 callback decides when the Trainer evaluates. ``eval_steps`` is the sparse base: the policy's
 quiet gap (``every``) spans ``eval_steps``, so an opportunity comes every ``eval_steps / every``
@@ -154,6 +158,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         self._eval_interval: int | None = None
         self.history = self._new_history(None)
         self._last_loss: float | None = None
+        self._last_stderr: float | None = None
         self._training = False
         self._eval_round: tuple[int, bool, list[str]] | None = None  # (step, matched, keys seen)
         self._run_id = ""
@@ -248,6 +253,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             self._last_loss = as_score(logs["loss"])
         key = self._key_in(logs)
         if key is not None:
+            self._last_stderr = self._stderr_in(logs, key)
             self._observe(args, state, control, logs[key])
         elif "loss" in logs and _no_eval(args) and self._training and not self.history.evals:
             raise ValueError(
@@ -266,6 +272,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             self._eval_round[1:]
         self._eval_round = (step, matched or key is not None, [*seen, *sorted(metrics)])
         if key is not None:
+            self._last_stderr = self._stderr_in(metrics, key)
             self._observe(args, state, control, metrics[key])
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -287,6 +294,18 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         if best is not None:
             state.best_model_checkpoint = best
         self._write_record(args, state)
+
+    @staticmethod
+    def _stderr_in(logs: dict[str, Any], key: str) -> float | None:
+        """The metric's standard error when the evaluation logs it as ``<key>_stderr`` (e.g.
+        ``compute_metrics`` returning the sd of per-example scores over sqrt(n) for a mean);
+        None if absent, not finite or not positive."""
+        value = logs.get(f"{key}_stderr")
+        try:
+            stderr = None if value is None else float(value)
+        except (TypeError, ValueError):
+            return None
+        return stderr if stderr is not None and math.isfinite(stderr) and stderr > 0 else None
 
     # ---- the eval cadence ------------------------------------------------------------------------
     def _start_cadence(self, args: Any, state: Any) -> None:
@@ -334,7 +353,8 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             return  # evaluate() called outside train(): not part of the run's curve
         step = int(state.global_step)
         progress = step / state.max_steps if state.max_steps else None
-        if self.history.add(Eval(step, as_score(value), progress, self._last_loss)) is None:
+        ev = Eval(step, as_score(value), progress, self._last_loss, self._last_stderr)
+        if self.history.add(ev) is None:
             return  # this step was already seen (on_log then on_evaluate carry the same metrics)
         if self.history.last_is_best:
             control.should_save = True
