@@ -33,7 +33,8 @@ class Cusum(Detector):
 
     Cadence: ``drift``, ``threshold`` and ``n_warmup_evals`` count evals, so they change meaning
     when evals are spaced differently. Three optional parameters count training progress
-    instead (they need ``Eval.progress``; an eval without it falls back to the per-eval form):
+    instead (they need ``Eval.progress``: an eval without a finite one adds nothing to the
+    statistic, fail-safe, and its span counts at the next eval that has one):
     ``per`` > 0 weighs each eval's increment by the progress since the previous valid eval
     divided by ``per`` (the statistic then sums drop-over-progress, the same at any spacing);
     ``warmup`` > 0 accumulates nothing before that much progress; ``sigma_from="best"`` measures
@@ -92,7 +93,7 @@ class Cusum(Detector):
             if self.sigma_from == "best":
                 state["sigma_best"] = online_sigma(state)
             return None
-        if self.warmup > 0.0 and ev.progress is not None and ev.progress < self.warmup:
+        if self.warmup > 0.0 and not (ev.progress is not None and ev.progress >= self.warmup):
             return None
         sigma = max(self._sigma(state, ev), _TINY)
         drop = sign * (reference - ev.score)
@@ -104,12 +105,13 @@ class Cusum(Detector):
         return None
 
     def _weight(self, state: State, ev: Eval) -> float:
-        """The eval's weight: 1, or the progress since the previous valid eval over ``per``."""
+        """The eval's weight: 1, or the progress since the previous valid eval with progress over
+        ``per`` (0 for an eval without a finite progress: a missing value never fires the rule)."""
         if self.per <= 0.0:
             return 1.0
         last, progress = state["last_progress"], ev.progress
         if progress is None or not math.isfinite(progress):
-            return 1.0
+            return 0.0
         state["last_progress"] = progress
         return max(progress - (last or 0.0), 0.0) / self.per
 
