@@ -23,6 +23,7 @@ from evalstop.detectors import (
 )
 from evalstop.experiments import cadence_policy
 from evalstop.experiments.holdout import Case
+from evalstop.integrations._remote import _hint
 from evalstop.replay import replay_rows
 
 RISE_FALL = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.55, 0.5, 0.45, 0.4, 0.35, 0.3, 0.25, 0.2]
@@ -213,3 +214,11 @@ def test_leave_one_bank_out_never_scores_a_bank_with_a_spec_chosen_on_it() -> No
     assert held["banks"]["trl"]["every:1"]["fpr"] == 1.0  # chosen on numpy alone, it fails TRL
     assert held["final"] in ("evalstop:k=1", "evalstop:k=3")
     assert "| trl | every:1 |" in cadence_policy.render(report)
+
+
+def test_the_remote_client_reads_the_hint_of_a_reply() -> None:
+    hint = Monitor(KDeclines(), "adaptive", eval_interval=5).next_eval()
+    assert _hint(json.loads(json.dumps(hint.to_dict()))) == hint
+    assert _hint(None) is None
+    with pytest.warns(UserWarning, match="malformed next_eval hint"):
+        assert _hint({"step": 3}) is None
