@@ -8,6 +8,8 @@ H, H+1, ..., H+9 evals (``update`` does not change its input, so each is timed m
 stop flag is cleared so a fired rule still does its work). It prints the mean cost per eval in
 microseconds at each H, the ratio of the cost at the longest history to the cost at the
 shortest (target: <= 3 for every rule; 1.0 = flat), and the size of the state as JSON.
+A row ``<DEFAULT_SPEC> + adaptive`` times the default rule's update plus the adaptive cadence's
+next-eval hint (``Detector.elevated`` and ``Adaptive.after``), what a monitor adds per eval.
 
     .venv/bin/python bench/detector_cost.py                  # H = 10, 1000, 10000, 100000
     .venv/bin/python bench/detector_cost.py --histories 10,1000 --json
@@ -55,14 +57,34 @@ def cost_us(detector: Any, states: Sequence[Any], evals: Sequence[Any], first: i
     return 1e6 * total / len(states)
 
 
+class WithCadence:
+    """A rule plus a cadence policy's hint after every update (what ``Monitor.next_eval`` adds)."""
+
+    def __init__(self, detector: Any, policy: Any) -> None:
+        self.detector, self.policy = detector, policy
+        self.state_window = detector.state_window
+        self.start, self.step = detector.start, detector.step
+
+    def update(self, state: Any, ev: Any) -> Any:
+        new, verdict = self.detector.update(state, ev)
+        return new, verdict, self.policy.after(self.detector.elevated(new))
+
+
+def parse_rule(spec: str) -> Any:
+    """``spec`` or ``spec + cadence`` (a rule and a cadence policy)."""
+    from evalstop.detectors import parse_cadence, parse_spec
+
+    rule, _, cadence = (part.strip() for part in spec.partition("+"))
+    return WithCadence(parse_spec(rule), parse_cadence(cadence)) if cadence else parse_spec(rule)
+
+
 def measure(specs: Sequence[str], lengths: Sequence[int]) -> list[dict[str, Any]]:
-    from evalstop.detectors import parse_spec
     from evalstop.testing import long_noisy_history
 
     evals = long_noisy_history(max(lengths) + N_STATES + 1, seed=3)
     rows = []
     for spec in specs:
-        detector = parse_spec(spec)
+        detector = parse_rule(spec)
         states = states_at(detector, evals, lengths)
         costs = {h: cost_us(detector, states[h], evals, h) for h in lengths}
         size = len(json.dumps(states[max(lengths)][0], allow_nan=False))
@@ -74,12 +96,13 @@ def measure(specs: Sequence[str], lengths: Sequence[int]) -> list[dict[str, Any]
 
 
 def format_table(rows: Sequence[dict[str, Any]], lengths: Sequence[int]) -> str:
-    head = f"{'rule':<16}" + "".join(f"{'H=' + str(h):>11}" for h in lengths)
+    width = max(16, *(len(r["rule"]) + 1 for r in rows))
+    head = f"{'rule':<{width}}" + "".join(f"{'H=' + str(h):>11}" for h in lengths)
     ratio = f"ratio {max(lengths)}/{min(lengths)}"
     head += f"{ratio:>18}{'state_window':>14}{'state_bytes':>13}"
     lines = ["per-eval update cost (us) at history H", head]
     for r in rows:
-        line = f"{r['rule']:<16}" + "".join(f"{r['us_per_eval'][h]:>11.2f}" for h in lengths)
+        line = f"{r['rule']:<{width}}" + "".join(f"{r['us_per_eval'][h]:>11.2f}" for h in lengths)
         line += f"{r['ratio']:>18.2f}{r['state_window']:>14}{r['state_json_bytes']:>13}"
         lines.append(line)
     worst = max(rows, key=lambda r: r["ratio"])
@@ -88,20 +111,22 @@ def format_table(rows: Sequence[dict[str, Any]], lengths: Sequence[int]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from evalstop.detectors import REGISTRY
+    from evalstop.detectors import DEFAULT_SPEC, REGISTRY
 
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--histories", default=DEFAULT_HISTORIES,
                         help=f"comma-separated history lengths (default {DEFAULT_HISTORIES})")
-    parser.add_argument("--rule", action="append", help="spec to measure (repeatable; default: every rule)")
+    parser.add_argument("--rule", action="append",
+                        help="spec, or 'spec + cadence', to measure (repeatable; default: every rule and "
+                             "the default rule with the adaptive cadence)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
     args = parser.parse_args(argv)
     lengths = sorted({int(h) for h in args.histories.split(",") if h.strip()})
     if not lengths or lengths[0] < 1:
         raise SystemExit(f"--histories needs positive lengths. Got {args.histories!r}.")
-    rows = measure(args.rule or sorted(REGISTRY), lengths)
+    rows = measure(args.rule or [*sorted(REGISTRY), f"{DEFAULT_SPEC} + adaptive"], lengths)
     print(json.dumps(rows, indent=2) if args.json else format_table(rows, lengths))
     return 0
 

@@ -38,6 +38,7 @@ SPECS = [
     "fixed-progress:at=0.3,mode=min",
     "loss-plateau:patience=1,n_warmup_evals=0,min_rel_delta=0",
     "slaq:window=1,n_warmup_evals=0,threshold=0.3",
+    "cusum:per=0.1,warmup=0.2,sigma_from=best,n_warmup_evals=1",
 ]
 
 bad_floats = st.sampled_from([NAN, INF, -INF])

@@ -108,6 +108,7 @@ def test_validate_command_prints_the_tables(tmp_path: Path) -> None:
     assert code == 0
     text = out.getvalue()
     assert "| patience | `patience:" in text and "| never | `never` |" in text
+    assert "| numpy | every:3 |" in text and "| numpy | adaptive:every=3,dense=1 |" in text
     assert cli.main(["validate", "--bank", str(tmp_path / "missing")]) == 2
 
 

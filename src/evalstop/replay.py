@@ -1,6 +1,7 @@
 """``evalstop replay``: run recorded eval curves through a detector, one verdict per job.
 
-Input CSV columns: ``job_id,step,score`` and optionally ``progress``, ``loss`` and ``items``.
+Input CSV columns: ``job_id,step,score`` and optionally ``progress``, ``loss``, ``stderr`` (the
+score's standard error, which rules that measure noise use where given) and ``items``.
 ``items`` holds an eval's per-prompt scores joined by ``;`` (as ``evalstop bank`` writes them);
 a row with items becomes an ``ItemEval``, read by ``paired`` (and ``noise-aware:items=true``),
 while every other rule sees only the score. Rows of one job are in step order (jobs may
@@ -8,6 +9,11 @@ interleave). An empty cell is a missing value: a missing score is read as NaN (t
 skips it), a missing progress or loss as None, missing items as none. ``nan``/``inf`` are
 allowed wherever a number is. Output CSV: ``job_id,stopped,stop_step,best_step,best_score``,
 one row per job in order of first appearance.
+
+``--cadence every:N|adaptive[:params]`` reads the file as dense (every eval the job could have
+run) and feeds each job's rule only the rows its cadence policy asks for (``Monitor.next_eval``,
+counted in rows); the output then gains ``evals_used``, the rows the job evaluated. Without it
+every row is fed, as before.
 
 Refused, with the line and job named: a row with fewer or more fields than the header (a
 truncated file), a step seen twice for one job (the service answers 409 to the same), a step
@@ -27,10 +33,22 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TextIO
 
-from .detectors import DEFAULT_SPEC, REGISTRY, Detector, Eval, ItemEval, Monitor, parse_spec
+from .detectors import (
+    DEFAULT_SPEC,
+    REGISTRY,
+    CadencePolicy,
+    Detector,
+    Eval,
+    ItemEval,
+    Monitor,
+    parse_cadence,
+    parse_spec,
+)
 
 REQUIRED_COLUMNS = ("job_id", "step", "score")
 OUTPUT_COLUMNS = ("job_id", "stopped", "stop_step", "best_step", "best_score")
+#: The extra output column with ``--cadence``.
+CADENCE_COLUMN = "evals_used"
 PROGRESS_MIN_JOBS = 500
 #: rule name -> the optional column it cannot work without.
 NEEDED_COLUMN = {"fixed-progress": "progress", "loss-plateau": "loss", "slaq": "loss"}
@@ -52,6 +70,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_SPEC,
         help=f"detector spec 'name[:param=value,...]', name one of {', '.join(REGISTRY)} "
         f"(default: {DEFAULT_SPEC})",
+    )
+    parser.add_argument(
+        "--cadence",
+        metavar="POLICY",
+        default=None,
+        help="read the file as dense and feed the rule only the evals this policy asks for: "
+        "every:N or adaptive[:every=N,dense=M]; adds an evals_used column (default: every row)",
     )
     parser.add_argument("--out", metavar="PATH", default="-", help="output CSV (default: stdout)")
     parser.set_defaults(run=run)
@@ -93,10 +118,11 @@ def read_evals(rows: Iterable[Row]) -> Iterator[tuple[str, Eval]]:
             score=math.nan if score is None else score,
             progress=_parse_number(row, "progress", where),
             loss=_parse_number(row, "loss", where),
+            stderr=_parse_number(row, "stderr", where),
         )
         items = _parse_items(row.get("items"), where)
         if items:
-            ev = ItemEval(ev.step, ev.score, ev.progress, ev.loss, items=items)
+            ev = ItemEval(ev.step, ev.score, ev.progress, ev.loss, ev.stderr, items=items)
         previous = last.get(job)
         if previous is not None and ev.step == previous[0]:
             raise CurvesError(f"{where}: step {ev.step} appears twice for this job (first on line "
@@ -129,45 +155,60 @@ def replay_rows(
     rows: Iterable[Row],
     detector: Detector,
     on_job: Callable[[int, int], None] | None = None,
+    cadence: CadencePolicy | None = None,
 ) -> list[dict[str, Any]]:
     """Replay CSV-style rows through ``detector``; one result dict per job.
 
     Each dict has the keys of ``OUTPUT_COLUMNS``: ``stopped`` is a bool, the others an int,
-    float or None. ``on_job(done, total)`` is called after each job (for progress display).
+    float or None; with ``cadence``, also ``evals_used``. ``on_job(done, total)`` is called
+    after each job (for progress display).
     """
     monitors: dict[str, Monitor] = {}
+    # job -> [rows seen, row index of the next eval the policy asks for] (cadence only)
+    due: dict[str, list[int]] = {}
     for job, ev in read_evals(rows):
         monitor = monitors.get(job)
         if monitor is None:
-            monitor = monitors[job] = Monitor(detector)
-        monitor.observe(ev)
+            monitor = monitors[job] = Monitor(detector, cadence)
+            due[job] = [0, monitor.next_eval().after - 1]
+        if cadence is None:
+            monitor.observe(ev)
+            continue
+        seen = due[job]
+        row, seen[0] = seen[0], seen[0] + 1
+        if row == seen[1] and not monitor.fired:
+            monitor.observe(ev)
+            seen[1] = row + monitor.next_eval().after
     results = []
     for done, (job, monitor) in enumerate(monitors.items(), start=1):
         verdict = monitor.verdict
-        results.append(
-            {
-                "job_id": job,
-                "stopped": verdict.stopped,
-                "stop_step": verdict.stop_step,
-                "best_step": verdict.best_step,
-                "best_score": verdict.best_score,
-            }
-        )
+        result = {
+            "job_id": job,
+            "stopped": verdict.stopped,
+            "stop_step": verdict.stop_step,
+            "best_step": verdict.best_step,
+            "best_score": verdict.best_score,
+        }
+        if cadence is not None:
+            result[CADENCE_COLUMN] = monitor.n_evals
+        results.append(result)
         if on_job is not None:
             on_job(done, len(monitors))
     return results
 
 
-def write_results(results: Iterable[Mapping[str, Any]], out: TextIO) -> None:
+def write_results(results: Iterable[Mapping[str, Any]], out: TextIO, with_cadence: bool = False) -> None:
+    columns = OUTPUT_COLUMNS + ((CADENCE_COLUMN,) if with_cadence else ())
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(OUTPUT_COLUMNS)
+    writer.writerow(columns)
     for result in results:
-        writer.writerow([_format_cell(result[column]) for column in OUTPUT_COLUMNS])
+        writer.writerow([_format_cell(result[column]) for column in columns])
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         detector = parse_spec(args.detector)
+        cadence = None if args.cadence is None else parse_cadence(args.cadence)
     except ValueError as exc:
         print(f"evalstop replay: error: {exc}", file=sys.stderr)
         return 2
@@ -175,16 +216,16 @@ def run(args: argparse.Namespace) -> int:
         with open(args.curves, newline="", encoding="utf-8-sig") as f:
             reader = csv.DictReader(f)
             check_columns(reader.fieldnames, detector)
-            results = replay_rows(reader, detector, on_job=_progress_reporter(sys.stderr))
+            results = replay_rows(reader, detector, on_job=_progress_reporter(sys.stderr), cadence=cadence)
     except (OSError, CurvesError) as exc:
         print(f"evalstop replay: error: {args.curves}: {exc}", file=sys.stderr)
         return 1
     if args.out in (None, "-"):
-        write_results(results, sys.stdout)
+        write_results(results, sys.stdout, cadence is not None)
         return 0
     try:
         with open(args.out, "w", newline="", encoding="utf-8") as out:
-            write_results(results, out)
+            write_results(results, out, cadence is not None)
     except OSError as exc:
         print(f"evalstop replay: error: {exc}", file=sys.stderr)
         return 1

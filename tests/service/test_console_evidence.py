@@ -47,7 +47,25 @@ def test_running_best_and_threshold_lines() -> None:
     low = explain(parse_spec("patience:patience=2,min_delta=0.01,mode=min"), evals([3.0, 2.0, 2.5, 2.6]))
     assert [b for _, b in low.best] == [3.0, 2.0, 2.0, 2.0]
     assert [round(v, 3) for _, v in low.band] == [2.99, 1.99, 1.99, 1.99]  # to beat: best - min_delta
-    assert explain(parse_spec("cusum"), evals(RISE_FALL)).band == ()  # its threshold is in noise units
+    assert explain(parse_spec("cusum:per=0.1"), evals(RISE_FALL)).band == ()  # depends on the next spacing
+
+
+@pytest.mark.parametrize("n", [8, 90])
+def test_cusum_line_is_where_the_next_eval_fires_the_rule(n: int) -> None:
+    values = [0.5 + 0.01 * ((i * 7) % 5) for i in range(n)]
+    rule = parse_spec("cusum:n_warmup_evals=3,sigma=0.01")  # with an online sigma the next eval moves it
+    ev = explain(rule, evals(values))
+    assert not ev.verdict.stopped and ev.band_label.startswith("the next eval below")
+    line = ev.band[-1][1]
+    below = evals([*values, line - 1e-6])
+    above = evals([*values, line + 1e-6])
+    assert rule.evaluate(below).stop_index == n and rule.evaluate(above).stop_index is None
+
+
+def test_a_rule_without_its_own_evidence_counts_the_evals_since_the_best() -> None:
+    ev = explain(parse_spec("mann-kendall:min_window=4"), evals([0.1, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0]))
+    assert ev.band == () and ev.verdict.stopped
+    assert ev.counted[0] == 30 and ev.counted[-1] == ev.verdict.stop_step
 
 
 def test_noise_aware_band_uses_the_reported_noise() -> None:

@@ -1,7 +1,8 @@
 """Stopping rules. Each is a frozen dataclass of parameters with an incremental decision
 (``start``/``update``, folded by ``evaluate``); ``Monitor`` holds one job's state."""
 
-from ._base import Decision, Detector, Eval, Verdict
+from ._base import Decision, Detector, Eval, RuleEvidence, Verdict
+from ._cadence import DEFAULT_CADENCE, Adaptive, CadencePolicy, Every, NextEval, format_cadence, parse_cadence
 from ._cusum import Cusum
 from ._fixed_progress import FixedProgress
 from ._kdeclines import KDeclines
@@ -15,14 +16,19 @@ from ._paired import Paired
 from ._patience import Patience
 from ._slaq import SlaqLoss
 from ._spec import DEFAULT_SPEC, REGISTRY, format_spec, parse_spec
+from ._watch import watch
 
 __all__ = [
+    "DEFAULT_CADENCE",
     "DEFAULT_SPEC",
     "REGISTRY",
+    "Adaptive",
+    "CadencePolicy",
     "Cusum",
     "Decision",
     "Detector",
     "Eval",
+    "Every",
     "FixedProgress",
     "ItemEval",
     "KDeclines",
@@ -30,11 +36,16 @@ __all__ = [
     "MannKendall",
     "Monitor",
     "NeverStop",
+    "NextEval",
     "NoiseAware",
     "Paired",
     "Patience",
+    "RuleEvidence",
     "SlaqLoss",
     "Verdict",
+    "format_cadence",
     "format_spec",
+    "parse_cadence",
     "parse_spec",
+    "watch",
 ]

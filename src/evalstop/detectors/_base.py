@@ -38,13 +38,15 @@ class Eval:
     """One evaluation of a job: what a platform can see, and nothing more.
 
     ``score`` is the watched eval metric, ``progress`` the fraction of the job's budget done
-    (0..1, if known), ``loss`` the training loss at that point (if reported).
+    (0..1, if known), ``loss`` the training loss at that point (if reported), ``stderr`` the
+    score's standard error (if known: e.g. the sd of per-prompt scores over sqrt(n)).
     """
 
     step: int
     score: float
     progress: float | None = None
     loss: float | None = None
+    stderr: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +70,23 @@ class Verdict:
     @property
     def stopped(self) -> bool:
         return self.decision is Decision.STOP
+
+
+@dataclass(frozen=True, slots=True)
+class RuleEvidence:
+    """What a rule's state says, for drawing and for clients (``Detector.evidence``).
+
+    ``statistic`` is how far the rule has gone towards a stop (0: nothing counts against the
+    run), ``limit`` the value at which it fires (None when it has no single one), ``label`` what
+    the statistic is. ``band`` is the score the *next* eval is compared against, on the score
+    axis (None when the rule's threshold is not on it), ``band_label`` what that line is.
+    """
+
+    statistic: float
+    limit: float | None
+    label: str
+    band: float | None = None
+    band_label: str = ""
 
 
 def is_valid(score: float | None) -> bool:
@@ -165,6 +184,21 @@ class Detector(ABC):
     def running_reason(self, state: State) -> str:
         """Why a state that has not fired says CONTINUE."""
         return "has not fired"
+
+    def evidence(self, state: State) -> RuleEvidence:
+        """What ``state`` says (O(1) or O(window)). By default: the evals since the running
+        best, no band. A rule with a statistic of its own or a line on the score axis says so."""
+        n: int = state["n"]
+        best = state["best_index"]
+        since = 0 if best is None else n - 1 - best
+        return RuleEvidence(float(since), None, "evals since the best")
+
+    def elevated(self, state: State) -> bool:
+        """Whether the evidence in ``state`` is elevated: a decline may have started, so an
+        adaptive cadence asks for the next eval soon. By default: the latest eval is not the
+        running best (it is below it, or invalid). A rule may say more (its statistic is up)."""
+        n: int = state["n"]
+        return n > 0 and state["best_index"] != n - 1
 
     def fold_rows(self, scores: Any) -> tuple[Any, Any] | None:
         """Optional: ``evaluate`` over every row of a (jobs x evals) float score matrix at once,

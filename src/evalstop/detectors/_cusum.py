@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .._validation import check_choice, check_float, check_int
-from ._base import Detector, Eval, State, is_valid, offer, sign_of
+from ._base import Detector, Eval, RuleEvidence, State, is_valid, offer, sign_of
 from ._noise import SIGMA_WINDOW, online_sigma, push_value, sigma_state
 
 #: Stand-in for a zero noise estimate: any real drop then counts as many sigmas.
@@ -29,6 +30,17 @@ class Cusum(Detector):
     flat curve with Gaussian noise the drop below the running best is about 1.5 sigma, so a ``drift``
     above that keeps ``g`` near 0; ``threshold`` sets the false-alarm rate (Page's average run length).
     NaN/inf scores are skipped.
+
+    Cadence: ``drift``, ``threshold`` and ``n_warmup_evals`` count evals, so they change meaning
+    when evals are spaced differently. Three optional parameters count training progress
+    instead (they need ``Eval.progress``: an eval without a finite one adds nothing to the
+    statistic, fail-safe, and its span counts at the next eval that has one):
+    ``per`` > 0 weighs each eval's increment by the progress since the previous valid eval
+    divided by ``per`` (the statistic then sums drop-over-progress, the same at any spacing);
+    ``warmup`` > 0 accumulates nothing before that much progress; ``sigma_from="best"`` measures
+    drops in the noise estimated up to the running best, so that a decline (whose curvature
+    second differences see at sparse cadence) does not inflate its own yardstick.
+    An eval's own ``stderr``, when given, is used as its noise sd (docs/noise-rules.md).
     """
 
     threshold: float = 5.0
@@ -37,6 +49,9 @@ class Cusum(Detector):
     min_delta: float = 1e-3
     n_warmup_evals: int = 5
     mode: str = "max"
+    per: float = 0.0
+    warmup: float = 0.0
+    sigma_from: str = "all"
     name = "cusum"
 
     def __post_init__(self) -> None:
@@ -47,13 +62,21 @@ class Cusum(Detector):
         check_float(owner, "min_delta", self.min_delta, low=0.0)
         check_int(owner, "n_warmup_evals", self.n_warmup_evals, min_value=1)
         check_choice(owner, "mode", self.mode, ("max", "min"))
+        check_float(owner, "per", self.per, low=0.0)
+        check_float(owner, "warmup", self.warmup, low=0.0, high=1.0)
+        check_choice(owner, "sigma_from", self.sigma_from, ("all", "best"))
 
     @property
     def state_window(self) -> int:
         return 2 * SIGMA_WINDOW + 2
 
     def rule_state(self) -> State:
-        return {"g": 0.0, "n_valid": 0, **sigma_state()}
+        state: State = {"g": 0.0, "n_valid": 0, **sigma_state()}
+        if self.per > 0.0:
+            state["last_progress"] = None
+        if self.sigma_from == "best":
+            state["sigma_best"] = None
+        return state
 
     def step(self, state: State, index: int, ev: Eval) -> str | None:
         if not is_valid(ev.score):
@@ -64,17 +87,55 @@ class Cusum(Detector):
             push_value(state, ev.score)
         sign = sign_of(self.mode)
         n_valid = state["n_valid"] = state["n_valid"] + 1
+        weight = self._weight(state, ev)
         if offer(state, sign, index, ev) or reference is None or n_valid <= self.n_warmup_evals:
             state["g"] = 0.0
+            if self.sigma_from == "best":
+                state["sigma_best"] = online_sigma(state)
             return None
-        sigma = max(self.sigma or online_sigma(state) or 0.0, _TINY)
+        if self.warmup > 0.0 and not (ev.progress is not None and ev.progress >= self.warmup):
+            return None
+        sigma = max(self._sigma(state, ev), _TINY)
         drop = sign * (reference - ev.score)
         if drop <= self.min_delta:
             drop = 0.0
-        g = state["g"] = min(max(0.0, state["g"] + drop / sigma - self.drift), _G_CAP)
+        g = state["g"] = min(max(0.0, state["g"] + weight * (drop / sigma - self.drift)), _G_CAP)
         if g > self.threshold:
             return f"CUSUM of drops from the best {g:.3g} > {self.threshold} (sigma={sigma:.3g})"
         return None
+
+    def _weight(self, state: State, ev: Eval) -> float:
+        """The eval's weight: 1, or the progress since the previous valid eval with progress over
+        ``per`` (0 for an eval without a finite progress: a missing value never fires the rule)."""
+        if self.per <= 0.0:
+            return 1.0
+        last, progress = state["last_progress"], ev.progress
+        if progress is None or not math.isfinite(progress):
+            return 0.0
+        state["last_progress"] = progress
+        return max(progress - (last or 0.0), 0.0) / self.per
+
+    def _sigma(self, state: State, ev: Eval) -> float:
+        stderr = ev.stderr
+        if stderr is not None and math.isfinite(stderr) and stderr > 0.0:
+            return stderr
+        if self.sigma:
+            return self.sigma
+        if self.sigma_from == "best":
+            return float(state["sigma_best"] or online_sigma(state) or 0.0)
+        return online_sigma(state) or 0.0
+
+    def evidence(self, state: State) -> RuleEvidence:
+        """The statistic ``g``; the band is the score below which the next eval fires the rule
+        (drawn only for the per-eval form: with ``per`` it depends on the next eval's spacing)."""
+        g, best = float(state["g"]), state["best_score"]
+        band = None
+        if best is not None and self.per == 0.0 and state["n_valid"] >= self.n_warmup_evals:
+            sigma = self.sigma or (state["sigma_best"] if self.sigma_from == "best" else None) \
+                or online_sigma(state) or 0.0
+            band = best - sign_of(self.mode) * max(sigma * (self.threshold - g + self.drift), self.min_delta)
+        return RuleEvidence(g, self.threshold, "CUSUM of drops in noise sds", band,
+                            "the next eval below this fires the rule (at the current noise estimate)")
 
     def running_reason(self, state: State) -> str:
         return f"CUSUM {state['g']:.3g} <= threshold={self.threshold}"

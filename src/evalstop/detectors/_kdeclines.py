@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from .._validation import check_choice, check_float, check_int
-from ._base import Detector, Eval, State
+from ._base import Detector, Eval, RuleEvidence, State, sign_of
 
 #: Rows per chunk of ``KDeclines.fold_rows``.
 _FOLD_CHUNK = 65536
@@ -69,6 +69,13 @@ class KDeclines(Detector):
         else:
             state["run"] = 0
         return None
+
+    def evidence(self, state: State) -> RuleEvidence:
+        reference = state["best_score"] if self.against == "best" else state["previous"]
+        band = None if reference is None else reference - sign_of(self.mode) * self.min_delta
+        what = "best" if self.against == "best" else "previous eval"
+        return RuleEvidence(float(state["run"]), float(self.k), "consecutive declines", band,
+                            f"decline threshold ({what} - min_delta)")
 
     def running_reason(self, state: State) -> str:
         return f"{state['run']} consecutive declines < k={self.k}"

@@ -11,6 +11,9 @@ feeds a job's evals to one ``Monitor`` and acts when ``fired_now`` is set. The r
   eval tripped the rule. After that every eval is ignored and ``verdict`` stays the final one
   (its ``best_*`` name the best eval up to the stop; ``best_checkpoint`` is its checkpoint).
 - A NaN/inf score never fires the rule (it is counted in ``verdict.n_invalid``).
+- After each eval ``next_eval()`` says when the next one is worth running, by the monitor's
+  cadence policy (``_cadence``; ``every:1`` unless given): a ``NextEval`` in opportunities, and
+  in steps when ``eval_interval`` (the steps between eval opportunities) is known.
 - ``to_json()`` gives a dict of JSON values (no NaN/inf), and ``Monitor.from_json`` rebuilds an
   equal monitor, so a service can persist it per job and a callback can save it in a checkpoint.
 """
@@ -23,7 +26,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
-from ._base import Detector, Eval, State, Verdict, copy_state
+from ._base import Detector, Eval, RuleEvidence, State, Verdict, copy_state
+from ._cadence import DEFAULT_CADENCE, CadencePolicy, NextEval, format_cadence, parse_cadence
 from ._spec import DEFAULT_SPEC, format_spec, parse_spec
 
 #: Version of the ``to_json`` layout.
@@ -35,11 +39,20 @@ _parse = lru_cache(maxsize=1024)(parse_spec)
 
 class Monitor:
     """``Monitor(detector)`` watches one job; ``detector`` is a Detector, a spec string, or None
-    for ``DEFAULT_SPEC``."""
+    for ``DEFAULT_SPEC``. ``cadence`` (a policy or its spec; default ``every:1``) and
+    ``eval_interval`` (steps between eval opportunities, if known) shape ``next_eval()``."""
 
-    __slots__ = ("best_checkpoint", "detector", "fired_now", "last_step", "n_ignored", "state")
+    __slots__ = (
+        "best_checkpoint", "cadence", "detector", "eval_interval", "fired_now", "last_step", "n_ignored",
+        "state",
+    )
 
-    def __init__(self, detector: Detector | str | None = None) -> None:
+    def __init__(
+        self,
+        detector: Detector | str | None = None,
+        cadence: CadencePolicy | str | None = None,
+        eval_interval: int | None = None,
+    ) -> None:
         if detector is None or isinstance(detector, str):
             detector = parse_spec(DEFAULT_SPEC if detector is None else detector)
         if not isinstance(detector, Detector):
@@ -50,6 +63,13 @@ class Monitor:
         self.last_step: int | None = None
         self.fired_now = False
         self.n_ignored = 0
+        if not isinstance(cadence, CadencePolicy):
+            cadence = parse_cadence(cadence or DEFAULT_CADENCE)
+        self.cadence = cadence
+        if eval_interval is not None and (type(eval_interval) is not int or eval_interval < 1):
+            raise ValueError(f"The 'eval_interval' parameter of Monitor must be an int >= 1. "
+                             f"Got {eval_interval!r} instead.")
+        self.eval_interval = eval_interval
 
     # -- what callers read -----------------------------------------------------------------
     @property
@@ -71,6 +91,25 @@ class Monitor:
     def accepts(self, step: int) -> bool:
         """Whether ``observe`` would fold an eval at ``step`` (not fired, and a new step)."""
         return not self.fired and (self.last_step is None or step > self.last_step)
+
+    def evidence(self) -> RuleEvidence:
+        """What the rule's state says now (``Detector.evidence``): its statistic and limit, and
+        the score line the next eval is compared against. The console draws this."""
+        return self.detector.evidence(self.state)
+
+    @property
+    def elevated(self) -> bool:
+        """Whether the rule's evidence is elevated (``Detector.elevated``)."""
+        return self.detector.elevated(self.state)
+
+    def next_eval(self) -> NextEval:
+        """When the next eval is worth running (O(1)): ``after`` opportunities from the latest
+        eval (from the job's start before any), at ``step`` when ``eval_interval`` is known."""
+        elevated = self.elevated
+        after = self.cadence.after(elevated) if self.n_evals else self.cadence.first
+        interval = self.eval_interval
+        step = None if interval is None else (self.last_step or 0) + after * interval
+        return NextEval(after, step, elevated, self.fired)
 
     # -- feeding it ------------------------------------------------------------------------
     def observe(self, ev: Eval, checkpoint: str | None = None) -> Verdict:
@@ -138,6 +177,7 @@ class Monitor:
             "format": FORMAT, "detector": format_spec(self.detector), "state": copy_state(self.state),
             "best_checkpoint": self.best_checkpoint, "last_step": self.last_step,
             "fired_now": self.fired_now, "n_ignored": self.n_ignored,
+            "cadence": format_cadence(self.cadence), "eval_interval": self.eval_interval,
         }
 
     @classmethod
@@ -156,7 +196,7 @@ class Monitor:
             rule = _parse(detector) if isinstance(detector, str) else detector
             if format_spec(rule) != spec and _parse(spec) != rule:
                 raise ValueError(f"The saved monitor runs detector {spec!r}, not {format_spec(rule)!r}.")
-        monitor = cls(rule)
+        monitor = cls(rule, str(data.get("cadence") or DEFAULT_CADENCE), data.get("eval_interval"))
         state = data["state"]
         expected = set(monitor.state)
         if not isinstance(state, Mapping) or set(state) != expected:

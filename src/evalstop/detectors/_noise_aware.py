@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 
 from .._validation import InvalidParameterError, check_choice, check_float, check_int
-from ._base import Detector, Eval, State, is_valid, offer, sign_of
+from ._base import Detector, Eval, RuleEvidence, State, is_valid, offer, sign_of
 from ._noise import SIGMA_WINDOW, finite_items, mean_and_se, online_sigma, push_value, sigma_state
 
 
@@ -63,10 +63,13 @@ class NoiseAware(Detector):
             )
 
     def reported_se(self, ev: Eval) -> float | None:
-        """The standard error of ``ev`` from its items or the job's report; None if unknown."""
+        """The standard error of ``ev`` from its items, its own ``stderr`` or the job's report;
+        None if unknown."""
         items = finite_items(ev) if self.items else None
         if items is not None:
             return mean_and_se(items)[1]
+        if ev.stderr is not None and math.isfinite(ev.stderr) and ev.stderr > 0.0:
+            return ev.stderr
         if self.sigma > 0:
             return self.sigma
         if self.n_items > 0:
@@ -105,6 +108,18 @@ class NoiseAware(Detector):
                 f"standard errors ({margin:.3g})"
             )
         return None
+
+    def evidence(self, state: State) -> RuleEvidence:
+        ref = state["ref_score"]
+        band = None
+        if ref is not None:
+            online = online_sigma(state) or 0.0
+            se_next = self.reported_se(Eval(0, ref))  # the job's report applies to any eval
+            se_ref = state["ref_se"] if state["ref_se"] is not None else online
+            margin = self.z * math.hypot(se_ref, online if se_next is None else se_next)
+            band = ref - sign_of(self.mode) * margin
+        return RuleEvidence(float(state["run"]), float(self.k), "consecutive significant declines", band,
+                            f"significance band (reference - z x SE of the difference, z={self.z})")
 
     def running_reason(self, state: State) -> str:
         return f"{state['run']} consecutive significant declines < k={self.k}"

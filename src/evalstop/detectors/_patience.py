@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .._validation import check_choice, check_float, check_int
-from ._base import Detector, Eval, State, is_valid, offer, sign_of
+from ._base import Detector, Eval, RuleEvidence, State, is_valid, offer, sign_of
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,12 @@ class Patience(Detector):
             best = state["best_score"]
             return f"no improvement on {best:.4g} by more than {self.min_delta} for {wait} evals"
         return None
+
+    def evidence(self, state: State) -> RuleEvidence:
+        best = state["best_score"]
+        band = None if best is None else best + sign_of(self.mode) * self.min_delta
+        return RuleEvidence(float(state["wait"]), float(self.patience), "evals without improvement", band,
+                            "to beat (best + min_delta)")
 
     def running_reason(self, state: State) -> str:
         return f"{state['wait']} evals without improvement < patience={self.patience}"

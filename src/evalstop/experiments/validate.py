@@ -21,6 +21,7 @@ from ..detectors import DEFAULT_SPEC, parse_spec
 from ..workloads import PRESETS, generate
 from ..workloads.bank import BankRun, build_bank, read_bank, shipped_trl_bank
 from ..workloads.supervised import load_supervised
+from . import cadence_policy
 from .bank_sim import bank_policies, render_cluster, run_bank_seed, summarise
 from .cadence import FRONTIER_GRID, bank_at, cases_of, default_check, frontier, held_out_choice, render_check
 from .holdout import Case, HeldOut, cross_validate, expand_grid, family_folds, metrics, objective, outcomes
@@ -50,6 +51,11 @@ SYNTHETIC_JOBS = 1500
 DEFAULT_CANDIDATES: dict[str, dict[str, list[Any]]] = {
     "cusum": {"threshold": [2.0, 3.0, 4.0, 5.0], "drift": [1.5, 2.0, 2.5, 3.0], "n_warmup_evals": [3, 4, 5]},
     "noise-aware": {"k": [1, 2], "z": [2.5, 3.0, 3.5, 4.0], "n_warmup_evals": [3, 4]},
+}
+
+#: Candidates for one default under dense, every:3 and adaptive cadence (leave one bank out).
+POLICY_CANDIDATES: dict[str, dict[str, list[Any]]] = {
+    "cusum": {"threshold": [2.0, 3.0, 4.0, 6.0], "drift": [1.0, 2.0, 3.0], "per": [0.0, 0.05, 0.1]},
 }
 
 COLUMNS = (
@@ -199,6 +205,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="evals per job at which the default is checked, or 'none' (default 10,40)")
     parser.add_argument("--default-spec", default=None,
                         help=f"spec checked as the default (default {DEFAULT_SPEC})")
+    parser.add_argument("--policies", choices=("on", "off"), default="on",
+                        help="also score the default under dense, every:3 and adaptive cadence, with the "
+                             "leave-one-bank-out choice among POLICY_CANDIDATES (default on)")
     parser.add_argument("--synthetic", action="append", default=[], metavar="PRESET",
                         help="also score the fixed specs on this synthetic preset's RLHF jobs (repeatable)")
     parser.add_argument("--plot", type=Path, default=None, metavar="PNG",
@@ -224,6 +233,10 @@ def run(args: argparse.Namespace) -> int:
         cadences = _cadences(args.cadences)
         if cadences:
             study["default"] = _default_study(args, cadences, trl, supervised)
+        if args.policies == "on":
+            candidates = [s for rule, grid in POLICY_CANDIDATES.items() for s in expand_grid(rule, grid)]
+            study["policies"] = cadence_policy.study(args.default_spec or DEFAULT_SPEC, candidates,
+                                                     bank_cases(runs))
     except (OSError, ValueError) as exc:
         print(f"evalstop validate: error: {exc}", file=sys.stderr)
         return 2
@@ -239,6 +252,8 @@ def run(args: argparse.Namespace) -> int:
         print(render(study), end="")
         if "default" in study:
             print("\n" + render_check(study["default"]["check"], study["default"]["held_out"]), end="")
+        if "policies" in study:
+            print("\n" + cadence_policy.render(study["policies"]), end="")
         if "cluster" in study:
             print("\n" + render_cluster(study["cluster"], args.simulate, args.preset), end="")
         print(f"\n({time.perf_counter() - started:.1f} s)")

@@ -14,7 +14,7 @@ from types import ModuleType
 from typing import Any
 
 from .._validation import check_choice
-from ..detectors import DEFAULT_SPEC, Detector, Eval, Monitor, Verdict, format_spec, parse_spec
+from ..detectors import DEFAULT_SPEC, Detector, Eval, Monitor, NextEval, Verdict, format_spec, parse_spec
 
 #: module -> the extra that installs it.
 EXTRAS = {
@@ -107,6 +107,10 @@ class EvalHistory:
             return None
         self.evals.append(ev)
         return self.monitor.observe(ev)
+
+    def next_eval(self) -> NextEval:
+        """The monitor's hint: when the next eval is worth running."""
+        return self.monitor.next_eval()
 
     @property
     def fired_now(self) -> bool:

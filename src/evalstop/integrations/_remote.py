@@ -7,7 +7,11 @@ The expected API (``evalstop.service``)::
     {"step": 120, "value": 0.61, "progress": 0.4, "loss": 1.9, "metric": "eval_gold",
      "checkpoint_uri": "/runs/a/checkpoint-120"}
     -> 200 {"decision": "continue" | "stop", "reason": "...", "stop_step": int | null,
-            "best_step": int | null, "best_score": float | null, "shadow_stop": bool, ...}
+            "best_step": int | null, "best_score": float | null, "shadow_stop": bool,
+            "next_eval": {"after": int, "step": int | null, "elevated": bool, "done": bool}, ...}
+
+``next_eval`` (``NextEval.to_dict()``, optional) says when the next eval is worth running;
+``RemoteHistory.next_eval()`` returns it (None when the reply carries none or it is malformed).
 
 The service runs the job's rule; ``decision`` is "stop" once a stop is decided and enforced (a
 shadow-mode stop answers "continue"). The client is the Python standard library only. It fails
@@ -29,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._validation import check_float
-from ..detectors import Decision, Eval, Verdict
+from ..detectors import Decision, Eval, NextEval, Verdict
 from ._common import eval_row
 
 TOKEN_ENV = "EVALSTOP_TOKEN"
@@ -90,6 +94,7 @@ class RemoteHistory:
         self.n_failed = 0
         self._fired_at: int | None = None
         self._index_of: dict[int, int] = {}  # step -> position in ``evals`` (O(1) best_index)
+        self._next_eval: NextEval | None = None
 
     def add(self, ev: Eval) -> Verdict | None:
         if (self.evals and ev.step <= self.evals[-1].step) or self.verdict.stopped:
@@ -107,6 +112,7 @@ class RemoteHistory:
                           stacklevel=2)
             return self.verdict
         self.verdict = self._verdict(answer)
+        self._next_eval = _hint(answer.get("next_eval"))
         if self.verdict.stopped:
             self._fired_at = len(self.evals) - 1
         return self.verdict
@@ -137,6 +143,10 @@ class RemoteHistory:
             n_invalid=self.verdict.n_invalid,
         )
 
+    def next_eval(self) -> NextEval | None:
+        """The service's hint from its latest reply (None if it gave none)."""
+        return self._next_eval
+
     @property
     def fired_now(self) -> bool:
         return self._fired_at is not None and self._fired_at == len(self.evals) - 1
@@ -158,6 +168,16 @@ class RemoteHistory:
             "n_failed_posts": self.n_failed,
             "evals": [eval_row(ev) for ev in self.evals],
         }
+
+
+def _hint(data: Any) -> NextEval | None:
+    if not isinstance(data, dict):
+        return None
+    try:
+        return NextEval.from_dict(data)
+    except (KeyError, TypeError, ValueError):
+        warnings.warn(f"EvalStop service sent a malformed next_eval hint {data!r}; ignored.", stacklevel=3)
+        return None
 
 
 def _replace_invalid(v: Verdict, n_invalid: int) -> Verdict:

@@ -22,16 +22,38 @@ resumed run afresh). Misconfiguration fails early: an ``eval_*`` metric with
 dataset) or, with no evaluations, from the training logs, at the next step. Several callbacks
 share ``evalstop.json``: it holds one record per metric (``"metrics"``), and its top level is the
 record of the metric that stopped the run (else the first metric by name).
+
+Standard error: when the evaluation also logs ``<metric>_stderr`` (``compute_metrics`` can return
+the sd of the per-example scores over sqrt(n) when the metric is their mean), the eval carries it
+and the rules that measure noise (``cusum``, ``noise-aware``) use it for that eval.
+
+Eval cadence: with ``cadence="adaptive:every=3"`` (or ``"every:N"``, or a policy object) the
+callback decides when the Trainer evaluates. ``eval_steps`` is the sparse base: the policy's
+quiet gap (``every``) spans ``eval_steps``, so an opportunity comes every ``eval_steps / every``
+steps and the callback sets ``control.should_evaluate`` only at the step the monitor's
+``next_eval()`` names (and clears it elsewhere). Needs ``eval_strategy="steps"``. In remote
+mode, with ``cadence`` given for the spacing, the ``next_eval`` hint of the service's reply is
+followed the same way (a reply without one leaves the Trainer's schedule alone).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import warnings
 from typing import Any
 
-from ..detectors import Detector, Eval, Monitor, Verdict
+from ..detectors import (
+    CadencePolicy,
+    Detector,
+    Eval,
+    Monitor,
+    NextEval,
+    Verdict,
+    format_cadence,
+    parse_cadence,
+)
 from ._common import (
     EvalHistory,
     as_score,
@@ -111,6 +133,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         record_name: str = RECORD_NAME,
         remote: RemoteJob | dict[str, Any] | None = None,
         after_stop: str = "refuse",
+        cadence: CadencePolicy | str | None = None,
     ) -> None:
         if not isinstance(metric, str) or not metric:
             raise ValueError(
@@ -131,8 +154,11 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             raise ValueError(
                 "EvalStopCallback: give a detector (local mode) or remote= (the service's rule), not both."
             )
+        self.cadence = parse_cadence(cadence) if isinstance(cadence, str) else cadence
+        self._eval_interval: int | None = None
         self.history = self._new_history(None)
         self._last_loss: float | None = None
+        self._last_stderr: float | None = None
         self._training = False
         self._eval_round: tuple[int, bool, list[str]] | None = None  # (step, matched, keys seen)
         self._run_id = ""
@@ -160,6 +186,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         # under another run id are from an earlier run and are dropped when this run writes.
         self._run_id = f"{os.getpid()}:{id(state)}"
         self._training = True
+        self._start_cadence(args, state)
 
     def _resume(self, args: Any, step: int) -> None:
         kept = [ev for ev in self.history.evals if ev.step <= step] or self._saved_evals(args, step)
@@ -226,6 +253,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             self._last_loss = as_score(logs["loss"])
         key = self._key_in(logs)
         if key is not None:
+            self._last_stderr = self._stderr_in(logs, key)
             self._observe(args, state, control, logs[key])
         elif "loss" in logs and _no_eval(args) and self._training and not self.history.evals:
             raise ValueError(
@@ -244,10 +272,12 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             self._eval_round[1:]
         self._eval_round = (step, matched or key is not None, [*seen, *sorted(metrics)])
         if key is not None:
+            self._last_stderr = self._stderr_in(metrics, key)
             self._observe(args, state, control, metrics[key])
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._check_round()
+        self._follow_cadence(state, control)
 
     def _check_round(self) -> None:
         """An evaluation round that never carried the metric is a misconfiguration: fail now."""
@@ -265,13 +295,66 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             state.best_model_checkpoint = best
         self._write_record(args, state)
 
+    @staticmethod
+    def _stderr_in(logs: dict[str, Any], key: str) -> float | None:
+        """The metric's standard error when the evaluation logs it as ``<key>_stderr`` (e.g.
+        ``compute_metrics`` returning the sd of per-example scores over sqrt(n) for a mean);
+        None if absent, not finite or not positive."""
+        value = logs.get(f"{key}_stderr")
+        try:
+            stderr = None if value is None else float(value)
+        except (TypeError, ValueError):
+            return None
+        return stderr if stderr is not None and math.isfinite(stderr) and stderr > 0 else None
+
+    # ---- the eval cadence ------------------------------------------------------------------------
+    def _start_cadence(self, args: Any, state: Any) -> None:
+        if self.cadence is None:
+            return
+        strategy = getattr(args, "eval_strategy", None)
+        strategy = str(getattr(strategy, "value", strategy))
+        if strategy != "steps":
+            raise ValueError(f"EvalStopCallback: cadence={self.cadence.name!r} needs eval_strategy='steps' "
+                             f"(eval_steps is its sparse base). Got {strategy!r}.")
+        base = args.eval_steps or args.logging_steps
+        base = int(base) if base >= 1 else max(1, math.ceil(state.max_steps * base))
+        gap = self.cadence.first
+        if base % gap:
+            raise ValueError(f"EvalStopCallback: eval_steps={base} must be a multiple of the cadence's "
+                             f"quiet gap {gap} (an eval opportunity every eval_steps / {gap} steps).")
+        self._eval_interval = base // gap
+        if isinstance(self.history, EvalHistory):
+            self.history.monitor.cadence = self.cadence
+            self.history.monitor.eval_interval = self._eval_interval
+
+    @property
+    def next_eval(self) -> NextEval | None:
+        """When the next eval is worth running (None: no cadence, or a remote reply without a
+        hint). A hint in opportunities only (a service's) gets its step from ``eval_steps``."""
+        if self.cadence is None and self.remote is None:
+            return None
+        hint = self.history.next_eval()
+        if hint is None or hint.step is not None or self._eval_interval is None:
+            return hint
+        last = self.history.evals[-1].step if self.history.evals else 0
+        return NextEval(hint.after, last + hint.after * self._eval_interval, hint.elevated, hint.done)
+
+    def _follow_cadence(self, state: Any, control: Any) -> None:
+        if self._eval_interval is None or not self._training:
+            return
+        hint = self.next_eval
+        if hint is None or hint.step is None:
+            return  # no hint: the Trainer's own schedule stands
+        control.should_evaluate = not hint.done and int(state.global_step) >= hint.step
+
     # ---- the decision --------------------------------------------------------------------------
     def _observe(self, args: Any, state: Any, control: Any, value: Any) -> None:
         if not self._training:
             return  # evaluate() called outside train(): not part of the run's curve
         step = int(state.global_step)
         progress = step / state.max_steps if state.max_steps else None
-        if self.history.add(Eval(step, as_score(value), progress, self._last_loss)) is None:
+        ev = Eval(step, as_score(value), progress, self._last_loss, self._last_stderr)
+        if self.history.add(ev) is None:
             return  # this step was already seen (on_log then on_evaluate carry the same metrics)
         if self.history.last_is_best:
             control.should_save = True
@@ -327,6 +410,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
                 "record_name": self.record_name,
                 "remote": remote,
                 "after_stop": self.after_stop,
+                **({"cadence": format_cadence(self.cadence)} if self.cadence is not None else {}),
             },
             "attributes": attributes,
         }

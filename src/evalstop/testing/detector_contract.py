@@ -190,8 +190,23 @@ def check_incremental(detector: Detector, evals: Sequence[Eval]) -> None:
             raise _fail(detector, f"the fold of update after {n} evals says {verdict!r}, "
                                   f"evaluate says {expected[n]!r}", evals)
         state = new
+        _check_evidence(detector, state, evals, n)
         if n < len(evals):
             _check_resume(detector, evals, n, _json_round_trip(state, detector, evals), expected)
+
+
+def _check_evidence(detector: Detector, state: Any, evals: Sequence[Eval], n: int) -> None:
+    """What the rule says of its state (drawn by the console) is finite and JSON-able, and its
+    ``elevated`` (read by the adaptive cadence) is a bool; neither changes the state."""
+    before = copy.deepcopy(state)
+    said = detector.evidence(state)
+    elevated = detector.elevated(state)
+    if state != before:
+        raise _fail(detector, f"evidence() or elevated() changed the state after {n} evals", evals)
+    values = [said.statistic, said.limit, said.band]
+    if not all(v is None or math.isfinite(v) for v in values) or not isinstance(elevated, bool):
+        raise _fail(detector, f"evidence after {n} evals is {said!r} (elevated={elevated!r}): "
+                              "values must be finite and elevated a bool", evals)
 
 
 def _check_resume(
