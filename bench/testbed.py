@@ -36,9 +36,12 @@ import json
 import math
 import subprocess
 import sys
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import httpx
 import numpy as np
 from scipy import stats
 
@@ -182,6 +185,22 @@ def reuse(folder: Path, spec: WorkloadSpec, args: argparse.Namespace, cmd: str) 
     return finish(folder, json.loads((folder / "raw.json").read_text()), meta)
 
 
+T = TypeVar("T")
+
+
+def attempt(run: Callable[[], T], what: str, tries: int = 2) -> T:
+    """``run()``, once more if the engine failed under it (a private Ray head can die on a heavily
+    loaded machine); every failure is printed."""
+    for i in range(1, tries + 1):
+        try:
+            return run()
+        except (RuntimeError, TimeoutError, OSError, httpx.HTTPError) as exc:
+            print(f"{what}: attempt {i} of {tries} failed: {type(exc).__name__}: {exc}", flush=True)
+            if i == tries:
+                raise
+    raise AssertionError("unreachable")
+
+
 def run_point(args: argparse.Namespace, point: str) -> list[dict[str, tuple[float | None, str]]]:
     root = args.out / point
     options = {"engine": args.engine, "concurrent": not args.sequential}
@@ -193,7 +212,10 @@ def run_point(args: argparse.Namespace, point: str) -> list[dict[str, tuple[floa
             model = fit_model(cal, reuse(cal, cal_spec, args, "calibration"))
             model.save(cal / ENGINE_MODEL)
         else:
-            model = calibrate(cal_spec, args.slots, cal, command=f"calibration of {point}", **options)
+            model = attempt(
+                partial(calibrate, cal_spec, args.slots, cal, command=f"calibration of {point}", **options),
+                f"{point} calibration",
+            )
         print(f"{point}: engine model {model.describe()}", flush=True)
         rows = []
         for seed in args.seeds:
@@ -202,7 +224,12 @@ def run_point(args: argparse.Namespace, point: str) -> list[dict[str, tuple[floa
             if args.reuse and (folder / "raw.json").exists():
                 summary = reuse(folder, spec, args, cmd)
             else:
-                summary = run_testbed(spec, args.slots, folder, command=cmd, engine_model=model, **options)
+                summary = attempt(
+                    partial(
+                        run_testbed, spec, args.slots, folder, command=cmd, engine_model=model, **options
+                    ),
+                    f"{point} seed {seed}",
+                )
             rows.append(figures(summary))
             brief = {k: None if v is None else round(v, 4) for k, (v, _) in rows[-1].items()}
             print(f"{point} seed {seed}: {json.dumps(brief)}", flush=True)
