@@ -85,6 +85,10 @@ def figures(summary: dict[str, Any]) -> dict[str, tuple[float | None, str]]:
         rows |= {
             "held-out error, mean JCT, enforced": (pred["enforced"]["jct_mean_error"], PERCENT),
             "held-out error, p95 JCT, enforced": (pred["enforced"]["jct_p95_error"], PERCENT),
+            "held-out error, mean JCT, enforced, constant start-up": (
+                pred["constant_startup"]["enforced"]["jct_mean_error"],
+                PERCENT,
+            ),
             "held-out error, mean JCT, shadow": (pred["shadow"]["jct_mean_error"], PERCENT),
             "held-out error, p95 JCT, shadow": (pred["shadow"]["jct_p95_error"], PERCENT),
             "held-out start-time error, mean abs (s), enforced": (

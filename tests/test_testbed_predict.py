@@ -171,6 +171,8 @@ def test_prediction_reads_nothing_from_the_evaluated_run(plan: list[JobPlan], tm
     for arm in ("shadow", "enforced"):
         for key in ("pred_jct_mean_s", "pred_jct_p95_s", "pred_stopped"):
             assert first["prediction"][arm][key] == second["prediction"][arm][key], (arm, key)
+            flat = first["prediction"]["constant_startup"][arm][key]
+            assert flat == second["prediction"]["constant_startup"][arm][key], (arm, key)
     assert json.loads((tmp_path / PREDICTION).read_text()) == json.loads(json.dumps(pred))
     # the corruption was real: the in-sample diagnostic (fitted on the run) and the real figures moved
     assert first["simulator"]["startup_s"] != second["simulator"]["startup_s"]

@@ -21,7 +21,7 @@ Kinds the calibration trace did not contain borrow the pooled timing of the nump
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,7 @@ class EngineModel:
     stop_latency_s: float
     timing: dict[str, KindTiming]
     calibration: dict[str, Any] = field(default_factory=dict)
+    startup_mean_s: float | None = None  # the calibration's mean start-up (None: not recorded)
 
     def startup_s(self, busy: float, width: int) -> float:
         fitted = (
@@ -64,6 +65,12 @@ class EngineModel:
             + self.startup_per_extra_slot_s * (width - 1)
         )
         return max(0.0, fitted)
+
+    def constant(self) -> EngineModel:
+        """The same model with one start-up for every job, the calibration's mean (no load or
+        width term): the variant the bench reports beside the fitted one."""
+        mean = self.startup_mean_s if self.startup_mean_s is not None else self.startup_base_s
+        return replace(self, startup_base_s=mean, startup_per_busy_slot_s=0.0, startup_per_extra_slot_s=0.0)
 
     def timing_for(self, kind: str) -> KindTiming:
         if kind in self.timing:
@@ -160,6 +167,7 @@ def fit(
         stop_latency_s=float(np.mean(latencies)),
         timing=timing,
         calibration={**calibration, "n_startups": len(rows), "n_stops": len(latencies)},
+        startup_mean_s=float(y.mean()),
     )
 
 

@@ -205,4 +205,12 @@ def markdown(check: dict[str, Any], model: dict[str, Any]) -> str:
         "the measured ones.",
         "",
     ]
+    if "constant_startup" in check:
+        flat = check["constant_startup"]
+        lines += [
+            "The same model with one start-up for every job (the calibration's mean): mean JCT error "
+            f"{flat['shadow']['jct_mean_error']:+.1%} (shadow), {flat['enforced']['jct_mean_error']:+.1%} "
+            "(enforced).",
+            "",
+        ]
     return "\n".join(lines)

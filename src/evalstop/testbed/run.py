@@ -131,6 +131,18 @@ def finish(
     if (out / PREDICTION).exists():
         prediction = json.loads((out / PREDICTION).read_text())
         summary["prediction"] = held_out(prediction, summary) | {"model": prediction["model"]}
+        # the same engine model with its mean start-up for every job (from the model and the plan
+        # only, like the prediction itself)
+        plan = [JobPlan.from_json(j) for j in meta["plan"]]
+        model = EngineModel.from_json(prediction["model"]).constant()
+        flat = predict_trace(
+            plan,
+            model,
+            int(meta["spec"]["slots"]),
+            bool(meta["spec"].get("concurrent")),
+            curves=prediction["curves"],
+        )
+        summary["prediction"]["constant_startup"] = held_out(flat, summary)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     write_report(out, summary, raw, figures=figures)
     return summary
