@@ -188,7 +188,7 @@ def reuse(folder: Path, spec: WorkloadSpec, args: argparse.Namespace, cmd: str) 
         "command": old.get("command", cmd),
         **{k: old[k] for k in ("warm_up_s", "run_id", "engine_root", "load_average") if k in old},
     }
-    return finish(folder, json.loads((folder / "raw.json").read_text()), meta)
+    return finish(folder, json.loads((folder / "raw.json").read_text()), meta, figures=not args.no_figures)
 
 
 T = TypeVar("T")
@@ -270,6 +270,7 @@ def main() -> None:
         action="store_true",
         help="redo the analysis (and the calibration fit) from the stored raw.json instead of running",
     )
+    parser.add_argument("--no-figures", action="store_true", help="with --reuse: the reports without PNGs")
     args = parser.parse_args()
     if args.calibration_seed in args.seeds:
         parser.error(
