@@ -86,7 +86,9 @@ def figures(summary: dict[str, Any]) -> dict[str, tuple[float | None, str]]:
             "held-out error, mean JCT, enforced": (pred["enforced"]["jct_mean_error"], PERCENT),
             "held-out error, p95 JCT, enforced": (pred["enforced"]["jct_p95_error"], PERCENT),
             "held-out error, mean JCT, enforced, constant start-up": (
-                pred["constant_startup"]["enforced"]["jct_mean_error"],
+                pred["constant_startup"]["enforced"]["jct_mean_error"]
+                if "constant_startup" in pred
+                else None,
                 PERCENT,
             ),
             "held-out error, mean JCT, shadow": (pred["shadow"]["jct_mean_error"], PERCENT),

@@ -66,11 +66,18 @@ class EngineModel:
         )
         return max(0.0, fitted)
 
-    def constant(self) -> EngineModel:
+    def constant(self) -> EngineModel | None:
         """The same model with one start-up for every job, the calibration's mean (no load or
-        width term): the variant the bench reports beside the fitted one."""
-        mean = self.startup_mean_s if self.startup_mean_s is not None else self.startup_base_s
-        return replace(self, startup_base_s=mean, startup_per_busy_slot_s=0.0, startup_per_extra_slot_s=0.0)
+        width term): the variant the bench reports beside the fitted one. None for a model that
+        did not record the mean."""
+        if self.startup_mean_s is None:
+            return None
+        return replace(
+            self,
+            startup_base_s=self.startup_mean_s,
+            startup_per_busy_slot_s=0.0,
+            startup_per_extra_slot_s=0.0,
+        )
 
     def timing_for(self, kind: str) -> KindTiming:
         if kind in self.timing:

@@ -135,14 +135,12 @@ def finish(
         # only, like the prediction itself)
         plan = [JobPlan.from_json(j) for j in meta["plan"]]
         model = EngineModel.from_json(prediction["model"]).constant()
-        flat = predict_trace(
-            plan,
-            model,
-            int(meta["spec"]["slots"]),
-            bool(meta["spec"].get("concurrent")),
-            curves=prediction["curves"],
-        )
-        summary["prediction"]["constant_startup"] = held_out(flat, summary)
+        if model is not None:
+            spec = meta["spec"]
+            flat = predict_trace(
+                plan, model, int(spec["slots"]), bool(spec.get("concurrent")), curves=prediction["curves"]
+            )
+            summary["prediction"]["constant_startup"] = held_out(flat, summary)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     write_report(out, summary, raw, figures=figures)
     return summary
