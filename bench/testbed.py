@@ -69,11 +69,13 @@ def t_interval(xs: list[float]) -> tuple[float, float, float]:
     return mean, mean - half, mean + half
 
 
-PERCENT = "%"
+PERCENT = "%"  # a relative change or error: signed percentage
+SHARE = "share"  # a share: unsigned percentage
 
 
 def figures(summary: dict[str, Any]) -> dict[str, tuple[float | None, str]]:
-    """(value, unit) per figure of one seed; unit "%" for shares, printed as percentages."""
+    """(value, unit) per figure of one seed; relative changes and shares are printed as
+    percentages."""
     pred, sim, arms, c = (
         summary.get("prediction"),
         summary["simulator"],
@@ -101,7 +103,7 @@ def figures(summary: dict[str, Any]) -> dict[str, tuple[float | None, str]]:
             "start-up mean (s), enforced, predicted": (pred["enforced"].get("pred_startup_mean_s"), "s"),
             "held-out stops = real stops (share of seeds)": (
                 float(pred["enforced"]["pred_stopped"] == pred["enforced"]["real_stopped"]),
-                PERCENT,
+                SHARE,
             ),
         }
     rows |= {
@@ -125,6 +127,8 @@ def figures(summary: dict[str, Any]) -> dict[str, tuple[float | None, str]]:
 def fmt(value: float, unit: str) -> str:
     if not math.isfinite(value):
         return "-"
+    if unit == SHARE:
+        return f"{value:.0%}"
     return f"{value:+.1%}" if unit == PERCENT else f"{value:.3g}"
 
 
