@@ -181,3 +181,17 @@ def test_prediction_reads_nothing_from_the_evaluated_run(plan: list[JobPlan], tm
         first["prediction"]["enforced"]["real_jct_mean_s"]
         != second["prediction"]["enforced"]["real_jct_mean_s"]
     )
+
+
+def test_a_bad_engine_model_file_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from evalstop.cli import main
+
+    bad = tmp_path / "model.json"
+    bad.write_text('{"format": "something else"}')
+    for path in (bad, tmp_path / "missing.json"):
+        assert main(["testbed", "--engine-model", str(path), "--out", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err
+        assert "'--engine-model' parameter" in err and str(path) in err and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()  # nothing ran
