@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -200,9 +201,10 @@ def reuse(folder: Path, spec: WorkloadSpec, args: argparse.Namespace, cmd: str) 
 T = TypeVar("T")
 
 
-def attempt(run: Callable[[], T], what: str, tries: int = 2) -> T:
-    """``run()``, once more if the engine failed under it (a private Ray head can die on a heavily
-    loaded machine); every failure is printed."""
+def attempt(run: Callable[[], T], what: str, folder: Path, tries: int = 2) -> T:
+    """``run()`` into ``folder``, once more from an empty folder if the engine or the service
+    failed under it (a private Ray head can die on a heavily loaded machine); every failure is
+    printed."""
     for i in range(1, tries + 1):
         try:
             return run()
@@ -210,6 +212,7 @@ def attempt(run: Callable[[], T], what: str, tries: int = 2) -> T:
             print(f"{what}: attempt {i} of {tries} failed: {type(exc).__name__}: {exc}", flush=True)
             if i == tries:
                 raise
+            shutil.rmtree(folder, ignore_errors=True)  # the failed run's service database too
     raise AssertionError("unreachable")
 
 
@@ -227,6 +230,7 @@ def run_point(args: argparse.Namespace, point: str) -> list[dict[str, tuple[floa
             model = attempt(
                 partial(calibrate, cal_spec, args.slots, cal, command=f"calibration of {point}", **options),
                 f"{point} calibration",
+                cal,
             )
         print(f"{point}: engine model {model.describe()}", flush=True)
         rows = []
@@ -241,6 +245,7 @@ def run_point(args: argparse.Namespace, point: str) -> list[dict[str, tuple[floa
                         run_testbed, spec, args.slots, folder, command=cmd, engine_model=model, **options
                     ),
                     f"{point} seed {seed}",
+                    folder,
                 )
             rows.append(figures(summary))
             brief = {k: None if v is None else round(v, 4) for k, (v, _) in rows[-1].items()}
