@@ -1,24 +1,32 @@
-"""The live testbed at size: >= 40 jobs per seed on a private local Ray head (or, with
-``--engine slurm``, a private single-node Slurm), several seeds.
+"""The live testbed at size, and the simulator's held-out prediction of it, at several operating
+points: on a private local Ray head (or, with ``--engine slurm``, a private single-node Slurm).
 
-    .venv/bin/python bench/testbed.py                       # 40 jobs, 2 slots, seeds 0 1 2
-    .venv/bin/python bench/testbed.py --jobs 8 --seeds 0    # a quick look
-    .venv/bin/python bench/testbed.py --engine slurm --out bench-testbed-slurm   # root, slurm-wlm
+    .venv/bin/python bench/testbed.py                                  # every point, 8 seeds, 40 jobs
+    .venv/bin/python bench/testbed.py --points quiet --jobs 12 --seeds 0 1 2 3 4 5 6 7
+    .venv/bin/python bench/testbed.py --points quiet --reuse           # the analysis again, from raw.json
 
-``--sft-share`` (default 0.2) is the share of supervised fine-tuning jobs; the runs in
-docs/testbed.md before they existed used ``--sft-share 0`` (so ``--reuse`` on their stored
-``raw.json`` needs ``--sft-share 0`` too, or the plan it records is not the one that ran).
-``--grpo-share`` (default 0) makes that share of the trace tiny TRL GRPO runs (the ``hf`` extra),
-half against the learned proxy and half against gold; ``--hack-share`` (default 0.5) is the share
-of numpy hacking runs. ``--slots`` is per arm: both arms at once take twice that.
+Per operating point (``--points``; docs/testbed.md, "Held-out prediction"):
 
-Each seed runs ``evalstop testbed`` (both arms, at the same time by default) into
-``--out/seed-N`` and the script prints, over seeds, the mean and a bootstrap 95 % confidence
-interval of: the real JCT change (enforced vs shadow), slot-hours saved, the simulator's error
-on mean and p95 JCT and on start times, and the rule's precision, recall and FPR on these jobs.
-It takes about (jobs x per-job wall time / slots) per seed: ~5-10 minutes per seed at 40 jobs,
-2 slots, depending on the machine's load. ``--reuse`` redoes the analysis and the report of
-every seed from its stored ``raw.json`` (nothing is run again).
+1. **calibrate**: ``evalstop testbed calibrate`` on a calibration trace of its own
+   (``--calibration-jobs`` jobs, seed ``--calibration-seed``: a trace no evaluation seed uses)
+   writes ``OUT/POINT/calibration/engine-model.json``;
+2. **evaluate**: for each seed, ``evalstop testbed --engine-model`` that file: the trace is predicted
+   from its plan and the model before it runs, then both arms run (``OUT/POINT/seed-N``).
+
+The points: ``quiet`` (the default trace: 150 steps of 0.06 s, so ~9 s of training against a
+start-up of one to a few seconds); ``loaded`` (the same with a CPU-bound process started by this
+script running through calibration and evaluation); ``long`` (0.25 s steps: start-up small against
+training); ``short`` (0.01 s steps: start-up larger than training); ``grpo`` (a share
+``--grpo-share`` of tiny TRL GRPO jobs, the ``hf`` extra). Every point takes ``--jobs``,
+``--slots`` etc. from the command line.
+
+Printed per point: for each figure, the mean over seeds with a 95 % Student-t interval and the
+value of every seed, percentages as percentages: the held-out prediction error on mean and p95 JCT
+(enforced and shadow arm), the in-sample diagnostic (the simulator fitted on the evaluated run
+itself: not a prediction), the real JCT change and slot-hours saved, the rule's precision, recall
+and FPR, the arms' start-up means and the machine's load average at the start and end of each
+run. Time: about (jobs x per-job wall time / slots) per seed and per calibration (~4 minutes at
+40 jobs and 2 slots on Ray, the default point).
 """
 
 from __future__ import annotations
@@ -26,122 +34,267 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from evalstop.experiments.stats import mean_ci
+import httpx
+import numpy as np
+from scipy import stats
+
 from evalstop.testbed import WorkloadSpec, make_plan
-from evalstop.testbed.run import finish, run_testbed
+from evalstop.testbed.run import ENGINE_MODEL, calibrate, finish, fit_model, run_testbed
+
+#: Operating point -> (changes to the trace, a CPU-bound process alongside?)
+POINTS: dict[str, tuple[dict[str, float], bool]] = {
+    "quiet": ({}, False),
+    "loaded": ({}, True),
+    "long": ({"step_time_s": 0.25}, False),
+    "short": ({"step_time_s": 0.01}, False),
+    "grpo": ({"grpo_share": -1.0}, False),  # -1: the --grpo-share of the command line
+}
+HOG = "while True: pass"
 
 
-def with_ci(values: list[float | None]) -> str:
-    xs = [v for v in values if v is not None and math.isfinite(v)]
-    if not xs:
-        return "-"
-    if len(xs) == 1:
-        return f"{xs[0]:.4g}"
-    mean, lo, hi = mean_ci(xs)
-    return f"{mean:.4g} [{lo:.4g}, {hi:.4g}]"
+def t_interval(xs: list[float]) -> tuple[float, float, float]:
+    """Mean and 95 % Student-t interval (nan with fewer than 2 values)."""
+    x = np.asarray(xs, dtype=float)
+    mean = float(x.mean())
+    if x.size < 2:
+        return mean, math.nan, math.nan
+    half = float(stats.t.ppf(0.975, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size))
+    return mean, mean - half, mean + half
 
 
-def figures(summary: dict[str, Any]) -> dict[str, float | None]:
-    sim, arms = summary["simulator"], summary["arms"]
-    return {
-        "JCT mean change (enforced vs shadow)": summary["comparison"]["jct_mean_change"],
-        "JCT p95 change": summary["comparison"]["jct_p95_change"],
-        "slot-hours saved": summary["comparison"]["slot_hours_saved"],
-        "slot-hours saved (share)": summary["comparison"]["slot_hours_saved_share"],
-        "sim error, mean JCT (enforced)": sim["enforced"]["jct_mean_error"],
-        "sim error, mean JCT (enforced, constant start-up)": sim["enforced"]["constant_startup"][
-            "jct_mean_error"
-        ],
-        "sim error, mean JCT (shadow)": sim["shadow"]["jct_mean_error"],
-        "sim error, p95 JCT (enforced)": sim["enforced"]["jct_p95_error"],
-        "sim start-time error, mean (s, enforced)": sim["enforced"]["start_error_mean_s"],
-        "sim start-time error, mean abs (s, enforced)": sim["enforced"]["start_error_mean_abs_s"],
-        "sim start-time error, max abs (s, enforced)": sim["enforced"]["start_error_max_abs_s"],
-        "sim slot-hours saved": sim["slot_hours_saved"]["sim"],
-        "start-up mean (s, shadow)": arms["shadow"]["startup_mean_s"],
-        "start-up mean (s, enforced)": arms["enforced"]["startup_mean_s"],
-        "precision": arms["shadow"]["precision"],
-        "recall": arms["shadow"]["recall"],
-        "FPR": arms["shadow"]["fpr"],
+PERCENT = "%"  # a relative change or error: signed percentage
+SHARE = "share"  # a share: unsigned percentage
+
+
+def figures(summary: dict[str, Any]) -> dict[str, tuple[float | None, str]]:
+    """(value, unit) per figure of one seed; relative changes and shares are printed as
+    percentages."""
+    pred, sim, arms, c = (
+        summary.get("prediction"),
+        summary["simulator"],
+        summary["arms"],
+        summary["comparison"],
+    )
+    rows: dict[str, tuple[float | None, str]] = {}
+    if pred is not None:
+        rows |= {
+            "held-out error, mean JCT, enforced": (pred["enforced"]["jct_mean_error"], PERCENT),
+            "held-out error, p95 JCT, enforced": (pred["enforced"]["jct_p95_error"], PERCENT),
+            "held-out error, mean JCT, enforced, constant start-up": (
+                pred["constant_startup"]["enforced"]["jct_mean_error"]
+                if "constant_startup" in pred
+                else None,
+                PERCENT,
+            ),
+            "held-out error, mean JCT, shadow": (pred["shadow"]["jct_mean_error"], PERCENT),
+            "held-out error, p95 JCT, shadow": (pred["shadow"]["jct_p95_error"], PERCENT),
+            "held-out start-time error, mean abs (s), enforced": (
+                pred["enforced"]["start_error_mean_abs_s"],
+                "s",
+            ),
+            "start-up mean (s), enforced, real": (pred["enforced"].get("real_startup_mean_s"), "s"),
+            "start-up mean (s), enforced, predicted": (pred["enforced"].get("pred_startup_mean_s"), "s"),
+            "held-out stops = real stops (share of seeds)": (
+                float(pred["enforced"]["pred_stopped"] == pred["enforced"]["real_stopped"]),
+                SHARE,
+            ),
+        }
+    rows |= {
+        "in-sample diagnostic error, mean JCT, enforced": (sim["enforced"]["jct_mean_error"], PERCENT),
+        "real JCT mean change (enforced vs shadow)": (c["jct_mean_change"], PERCENT),
+        "real JCT p95 change": (c["jct_p95_change"], PERCENT),
+        "slot-hours saved (share)": (c["slot_hours_saved_share"], PERCENT),
+        "precision": (arms["shadow"]["precision"], ""),
+        "recall": (arms["shadow"]["recall"], ""),
+        "FPR": (arms["shadow"]["fpr"], ""),
+        "dispatch to first line mean (s), shadow": (arms["shadow"]["startup_mean_s"], "s"),
+        "dispatch to first line mean (s), enforced": (arms["enforced"]["startup_mean_s"], "s"),
     }
+    load = summary.get("load_average")
+    if load:
+        rows["load average (1 min) at start"] = (load["start"][0], "")
+        rows["load average (1 min) at end"] = (load["end"][0], "")
+    return rows
+
+
+def fmt(value: float, unit: str) -> str:
+    if not math.isfinite(value):
+        return "-"
+    if unit == SHARE:
+        return f"{value:.0%}"
+    return f"{value:+.1%}" if unit == PERCENT else f"{value:.3g}"
+
+
+def table(rows: list[dict[str, tuple[float | None, str]]], seeds: list[int]) -> list[str]:
+    lines = [f"  {'':<52} {'mean [95 % t-interval]':<26} per seed ({' / '.join(map(str, seeds))})"]
+    for key in rows[0]:
+        unit = rows[0][key][1]
+        values = [r[key][0] if key in r else None for r in rows]
+        xs = [v for v in values if v is not None and math.isfinite(v)]
+        if not xs:
+            continue
+        mean, lo, hi = t_interval(xs)
+        ci = f"{fmt(mean, unit)} [{fmt(lo, unit)}, {fmt(hi, unit)}]" if len(xs) > 1 else fmt(mean, unit)
+        each = " / ".join("-" if v is None else fmt(v, unit) for v in values)
+        lines.append(f"  {key:<52} {ci:<26} {each}")
+    return lines
+
+
+def spec_for(args: argparse.Namespace, point: str, seed: int, n_jobs: int) -> WorkloadSpec:
+    changes = dict(POINTS[point][0])
+    if changes.get("grpo_share") == -1.0:
+        changes["grpo_share"] = args.grpo_share
+    return WorkloadSpec(
+        **{
+            "n_jobs": n_jobs,
+            "seed": seed,
+            "mean_interarrival_s": args.interarrival,
+            "step_time_s": args.step_time,
+            "hack_share": args.hack_share,
+            "sft_share": args.sft_share,
+            "grpo_share": 0.0,
+            "max_slots": args.max_slots,
+            **changes,
+        }
+    )
+
+
+def command(args: argparse.Namespace, point: str, seed: int) -> str:
+    return (
+        f"python bench/testbed.py --points {point} --engine {args.engine} --jobs {args.jobs} "
+        f"--slots {args.slots} --seeds {seed} --interarrival {args.interarrival} "
+        f"--step-time {args.step_time} "
+        f"--sft-share {args.sft_share} --hack-share {args.hack_share} --max-slots {args.max_slots} "
+        f"--calibration-jobs {args.calibration_jobs} --calibration-seed {args.calibration_seed}"
+        + (f" --grpo-share {args.grpo_share}" if point == "grpo" else "")
+        + (" --sequential" if args.sequential else "")
+    )
+
+
+def reuse(folder: Path, spec: WorkloadSpec, args: argparse.Namespace, cmd: str) -> dict[str, Any]:
+    """The analysis again from the stored ``raw.json`` (and ``prediction.json``), keeping what only
+    the run knew (warm-up time, run id, engine root, load average) from its ``summary.json``."""
+    old = json.loads((folder / "summary.json").read_text()) if (folder / "summary.json").exists() else {}
+    meta = {
+        "spec": {
+            **spec.__dict__,
+            "slots": args.slots,
+            "engine": args.engine,
+            "ray_address": None,
+            "concurrent": not args.sequential,
+        },
+        "plan": [j.to_json() for j in make_plan(spec)],
+        "command": old.get("command", cmd),
+        **{k: old[k] for k in ("warm_up_s", "run_id", "engine_root", "load_average") if k in old},
+    }
+    return finish(folder, json.loads((folder / "raw.json").read_text()), meta, figures=not args.no_figures)
+
+
+T = TypeVar("T")
+
+
+def attempt(run: Callable[[], T], what: str, folder: Path, tries: int = 2) -> T:
+    """``run()`` into ``folder``, once more from an empty folder if the engine or the service
+    failed under it (a private Ray head can die on a heavily loaded machine); every failure is
+    printed."""
+    for i in range(1, tries + 1):
+        try:
+            return run()
+        except (RuntimeError, TimeoutError, OSError, httpx.HTTPError) as exc:
+            print(f"{what}: attempt {i} of {tries} failed: {type(exc).__name__}: {exc}", flush=True)
+            if i == tries:
+                raise
+            shutil.rmtree(folder, ignore_errors=True)  # the failed run's service database too
+    raise AssertionError("unreachable")
+
+
+def run_point(args: argparse.Namespace, point: str) -> list[dict[str, tuple[float | None, str]]]:
+    root = args.out / point
+    options = {"engine": args.engine, "concurrent": not args.sequential}
+    hog = subprocess.Popen([sys.executable, "-c", HOG]) if POINTS[point][1] else None
+    try:
+        cal = root / "calibration"
+        cal_spec = spec_for(args, point, args.calibration_seed, args.calibration_jobs)
+        if args.reuse and (cal / "raw.json").exists():
+            model = fit_model(cal, reuse(cal, cal_spec, args, "calibration"))
+            model.save(cal / ENGINE_MODEL)
+        else:
+            model = attempt(
+                partial(calibrate, cal_spec, args.slots, cal, command=f"calibration of {point}", **options),
+                f"{point} calibration",
+                cal,
+            )
+        print(f"{point}: engine model {model.describe()}", flush=True)
+        rows = []
+        for seed in args.seeds:
+            spec, folder = spec_for(args, point, seed, args.jobs), root / f"seed-{seed}"
+            cmd = command(args, point, seed)
+            if args.reuse and (folder / "raw.json").exists():
+                summary = reuse(folder, spec, args, cmd)
+            else:
+                summary = attempt(
+                    partial(
+                        run_testbed, spec, args.slots, folder, command=cmd, engine_model=model, **options
+                    ),
+                    f"{point} seed {seed}",
+                    folder,
+                )
+            rows.append(figures(summary))
+            brief = {k: None if v is None else round(v, 4) for k, (v, _) in rows[-1].items()}
+            print(f"{point} seed {seed}: {json.dumps(brief)}", flush=True)
+        return rows
+    finally:
+        if hog is not None:
+            hog.kill()
+            hog.wait()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument("--points", nargs="+", choices=tuple(POINTS), default=list(POINTS))
     parser.add_argument("--jobs", type=int, default=40)
     parser.add_argument("--slots", type=int, default=2)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(range(8)))
+    parser.add_argument("--calibration-jobs", type=int, default=16)
+    parser.add_argument("--calibration-seed", type=int, default=1000, help="no evaluation seed may use it")
     parser.add_argument("--interarrival", type=float, default=4.0)
     parser.add_argument("--step-time", type=float, default=0.06)
     parser.add_argument("--engine", choices=("ray", "slurm"), default="ray")
     parser.add_argument("--hack-share", type=float, default=0.5)
     parser.add_argument("--sft-share", type=float, default=0.2)
-    parser.add_argument("--grpo-share", type=float, default=0.0, help="TRL GRPO jobs (the hf extra)")
+    parser.add_argument("--grpo-share", type=float, default=0.2, help="TRL GRPO jobs at the grpo point")
     parser.add_argument("--max-slots", type=int, default=1, help="jobs take 1..M slots (default 1)")
     parser.add_argument("--out", type=Path, default=Path("bench-testbed"))
-    parser.add_argument(
-        "--sequential", action="store_true", help="one arm after the other (default: both at once)"
-    )
+    parser.add_argument("--sequential", action="store_true", help="one arm after the other")
     parser.add_argument(
         "--reuse",
         action="store_true",
-        help="redo the analysis and report of a seed from its stored raw.json instead of running it",
+        help="redo the analysis (and the calibration fit) from the stored raw.json instead of running",
     )
+    parser.add_argument("--no-figures", action="store_true", help="with --reuse: the reports without PNGs")
     args = parser.parse_args()
-    rows = []
-    for seed in args.seeds:
-        spec = WorkloadSpec(
-            n_jobs=args.jobs,
-            seed=seed,
-            mean_interarrival_s=args.interarrival,
-            step_time_s=args.step_time,
-            hack_share=args.hack_share,
-            sft_share=args.sft_share,
-            grpo_share=args.grpo_share,
-            max_slots=args.max_slots,
+    if args.calibration_seed in args.seeds:
+        parser.error(
+            f"--calibration-seed {args.calibration_seed} is also an evaluation seed: it must be held out"
         )
-        command = (
-            f"python bench/testbed.py --engine {args.engine} --jobs {args.jobs} --slots {args.slots} "
-            f"--seeds {seed} --interarrival {args.interarrival} --step-time {args.step_time} "
-            f"--sft-share {args.sft_share}"
-            + (f" --hack-share {args.hack_share}" if args.hack_share != 0.5 else "")
-            + (f" --grpo-share {args.grpo_share}" if args.grpo_share else "")
-            + (f" --max-slots {args.max_slots}" if args.max_slots > 1 else "")
-            + (" --sequential" if args.sequential else "")
-        )
-        folder = args.out / f"seed-{seed}"
-        if args.reuse and (folder / "raw.json").exists():
-            meta = {
-                "spec": {
-                    **spec.__dict__,
-                    "slots": args.slots,
-                    "engine": args.engine,
-                    "ray_address": None,
-                    "concurrent": not args.sequential,
-                },
-                "plan": [j.to_json() for j in make_plan(spec)],
-                "warm_up_s": None,
-                "command": command,
-            }
-            summary = finish(folder, json.loads((folder / "raw.json").read_text()), meta)
-        else:
-            summary = run_testbed(
-                spec, args.slots, folder, engine=args.engine, command=command, concurrent=not args.sequential
-            )
-        rows.append(figures(summary))
-        print(
-            f"seed {seed}: "
-            + json.dumps({k: round(v, 4) if v is not None else None for k, v in rows[-1].items()}),
-            flush=True,
-        )
-    print(f"\n{args.jobs} jobs, {args.slots} slots, seeds {args.seeds} (mean [bootstrap 95 % CI] over seeds)")
-    for key in rows[0]:
-        print(f"  {key:<46} {with_ci([r[key] for r in rows])}")
+    results = {point: run_point(args, point) for point in args.points}
+    print(
+        f"\n{args.jobs} jobs, {args.slots} slots per arm, {args.engine}; engine model per point from "
+        f"{args.calibration_jobs} jobs of seed {args.calibration_seed}"
+    )
+    for point, rows in results.items():
+        print(f"\n{point}:")
+        print("\n".join(table(rows, args.seeds)))
 
 
 if __name__ == "__main__":

@@ -124,21 +124,39 @@ MULTI += ["--step-time", "0.03", "--steps", "100", "--evals", "10"]
 
 
 def test_existing_cluster_and_multi_slot_jobs(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    run: tuple[Path, dict[str, Any], dict[str, Any]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
+    """Also the held-out prediction: the engine model is fitted on the 8-job run (the
+    calibration), and this other trace is predicted from it before it runs."""
     import httpx
 
     from evalstop.cli import main
     from evalstop.testbed.cluster import start_ray, stop
+    from evalstop.testbed.run import fit_model
     from evalstop.testbed.simcheck import StartupModel, predict
     from evalstop.testbed.summary import labels_from
+
+    model_file = tmp_path / "engine-model.json"
+    fit_model(run[0], run[1]).save(model_file)
 
     root = Path(tempfile.mkdtemp(prefix="evs-h-"))  # short: Ray's socket paths have a length limit
     head = start_ray(root, 4)  # started here, not by the testbed: 2 slots per arm
     try:
         monkeypatch.setenv("RAY_AUTH_TOKEN", head.info["token"])
         address = head.info["address"].removeprefix("http://")
-        assert main(["testbed", *MULTI, "--ray-address", address, "--out", str(tmp_path / "out")]) == 0
+        argv = [
+            *MULTI,
+            "--ray-address",
+            address,
+            "--engine-model",
+            str(model_file),
+            "--out",
+            str(tmp_path / "out"),
+        ]
+        assert main(["testbed", *argv]) == 0
         assert head.proc is not None and head.proc.poll() is None, (
             "the testbed stopped a cluster it did not start"
         )
@@ -181,3 +199,16 @@ def test_existing_cluster_and_multi_slot_jobs(
         k["end_s"] for n, k in sim.items() if sim[n]["start_s"] < sim[wide]["start_s"]
     )
     assert (out / "report.md").exists() and (out / "report.html").exists()
+    # the prediction was made before the run, from the plan and the model: the curves it computed
+    # off the cluster are the ones the jobs reported, and it is held against the run
+    prediction = json.loads((out / "prediction.json").read_text())
+    first_start = min(p.stat().st_mtime for p in out.glob("*/job-*/plan.json"))
+    assert (out / "prediction.json").stat().st_mtime <= first_start
+    for record in raw["shadow"]:
+        c = prediction["curves"][record["name"]]
+        assert [(e["step"], e["score"], e["gold"]) for e in record["evals"]] == list(
+            zip(c["steps"], c["scores"], c["gold"], strict=True)
+        )
+    held = summary["prediction"]
+    assert held["labels_match"] and set(held) >= {"shadow", "enforced", "slot_hours_saved"}
+    assert f"{held['enforced']['jct_mean_error']:+.1%}" in (out / "report.md").read_text()

@@ -10,6 +10,22 @@ from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "action",
+        nargs="?",
+        choices=("run", "calibrate"),
+        default="run",
+        help="run (default): both arms over the trace, with the held-out prediction if "
+        "--engine-model is given; calibrate: run a calibration trace (use another --seed than the "
+        "evaluation) and write the engine model to OUT/engine-model.json",
+    )
+    parser.add_argument(
+        "--engine-model",
+        type=Path,
+        metavar="FILE",
+        help="the engine model from 'evalstop testbed calibrate': the trace is predicted from its "
+        "plan and this file before it runs, and the prediction is held against the run",
+    )
     parser.add_argument("--jobs", type=int, default=8, help="number of training jobs (default 8)")
     parser.add_argument(
         "--engine",
@@ -76,10 +92,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .run import run_testbed
+    from .engine_model import EngineModel
+    from .run import ENGINE_MODEL, calibrate, run_testbed
     from .workload import WorkloadSpec
 
     try:
+        model = None if args.engine_model is None else EngineModel.load(args.engine_model)
+        if model is not None and args.action == "calibrate":
+            raise ValueError("The '--engine-model' parameter is for a run, not for calibrate.")
         if args.slots < 1:
             raise ValueError(f"The '--slots' parameter must be an int >= 1. Got {args.slots!r} instead.")
         spec = WorkloadSpec(
@@ -112,15 +132,17 @@ def run(args: argparse.Namespace) -> int:
         if importlib.util.find_spec(module) is None:
             raise ModuleNotFoundError(f"No module named {module!r}", name=module)
     command = "evalstop " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["testbed"] else "evalstop testbed"
-    summary = run_testbed(
-        spec,
-        args.slots,
-        args.out,
-        engine=args.engine,
-        command=command,
-        ray_address=args.ray_address,
-        concurrent=not args.sequential,
-    )
+    options = {
+        "engine": args.engine,
+        "command": command,
+        "ray_address": args.ray_address,
+        "concurrent": not args.sequential,
+    }
+    if args.action == "calibrate":
+        fitted = calibrate(spec, args.slots, args.out, **options)
+        print(f"engine model: {fitted.describe()}\nwrote {args.out / ENGINE_MODEL}")
+        return 0
+    summary = run_testbed(spec, args.slots, args.out, engine_model=model, **options)
     print((args.out / "summary.md").read_text(), end="")
     c = summary["comparison"]
     print(

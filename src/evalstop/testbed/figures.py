@@ -52,6 +52,8 @@ def job_curves(summary: dict[str, Any], raw: dict[str, list[dict[str, Any]]], pa
             ax.axvline(job["stop_step"], color="C3", lw=1, label="stop")
             ax.axvline(job["best_step"], color="C2", lw=1, ls=":", label="delivered")
         ax.set_title(f"{name} ({job['label']})", fontsize=8)
+        ax.set_xlabel("training step", fontsize=7)
+        ax.set_ylabel("eval score / gold", fontsize=7)
         ax.tick_params(labelsize=7)
     for ax in list(axes.flat)[len(names) :]:
         ax.axis("off")

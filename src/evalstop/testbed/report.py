@@ -16,28 +16,40 @@ import re
 from pathlib import Path
 from typing import Any
 
+from .predict import markdown as prediction_markdown
 from .simcheck import markdown as sim_markdown
 from .summary import markdown as summary_markdown
 
 #: Shown in place of the figures when matplotlib is missing (the report is still written).
 NO_FIGURES = "Figures omitted: matplotlib is not installed (pip install -e '.[plot]')."
+NO_PREDICTION = (
+    "\nNo held-out prediction: run `evalstop testbed calibrate` on another trace and pass its "
+    "`engine-model.json` with `--engine-model`.\n"
+)
 FIGURES = (("jct_cdf.png", "JCT CDF, real and simulated"), ("curves.png", "Each job's curves and stop"))
 
 
-def write_report(out: Path, summary: dict[str, Any], raw: dict[str, list[dict[str, Any]]]) -> list[Path]:
+def write_report(
+    out: Path, summary: dict[str, Any], raw: dict[str, list[dict[str, Any]]], *, figures: bool = True
+) -> list[Path]:
     """Write ``summary.md`` (the text the command prints), ``report.md``, ``report.html`` and the
-    PNGs into ``out``; return the report's paths."""
-    figures = _write_figures(summary, raw, out)
-    text = summary_markdown(summary, summary.get("command", "")) + sim_markdown(summary["simulator"])
+    PNGs (unless ``figures`` is false) into ``out``; return the report's paths."""
+    pngs = _write_figures(summary, raw, out) if figures else []
+    text = summary_markdown(summary, summary.get("command", ""))
+    if "prediction" in summary:
+        text += prediction_markdown(summary["prediction"], summary["prediction"]["model"])
+    else:
+        text += NO_PREDICTION
+    text += sim_markdown(summary["simulator"])
     (out / "summary.md").write_text(text)
     md = text + "\n## Figures\n\n"
-    if not figures:
-        md += NO_FIGURES + "\n"
-    for path, title in figures:
+    if not pngs:
+        md += (NO_FIGURES if figures else "Figures not drawn.") + "\n"
+    for path, title in pngs:
         md += f"![{title}]({path.name})\n\n"
     (out / "report.md").write_text(md)
     (out / "report.html").write_text(render_html(md, out))
-    return [out / "report.md", out / "report.html", *(p for p, _ in figures)]
+    return [out / "report.md", out / "report.html", *(p for p, _ in pngs)]
 
 
 def _write_figures(

@@ -19,12 +19,16 @@ from .._validation import check_choice
 from .arm import run_arm, warm_up
 from .cluster import Proc, pids_naming, start_service, stop
 from .engine import ENGINES, Engine, start_engine
+from .engine_model import EngineModel, fit
+from .predict import held_out, predict_trace
 from .report import write_report
 from .simcheck import compare
 from .summary import summarise
 from .workload import JobPlan, WorkloadSpec, make_plan
 
 ARMS = ("shadow", "enforced")
+PREDICTION = "prediction.json"
+ENGINE_MODEL = "engine-model.json"
 
 
 def run_testbed(
@@ -37,6 +41,7 @@ def run_testbed(
     timeout_s: float = 1800.0,
     ray_address: str | None = None,
     concurrent: bool = True,
+    engine_model: EngineModel | None = None,
 ) -> dict[str, Any]:
     """Start the cluster (``engine``: ray or slurm; or connect to the Ray cluster at
     ``ray_address``), run the shadow and the enforced arm over the same trace, clean up, and
@@ -48,6 +53,10 @@ def run_testbed(
     share), so that both see the same machine at the same moments (on a shared machine, the
     load, and with it the jobs' start-up, drifts over minutes). Otherwise the shadow arm, then
     the enforced arm, on a cluster of ``slots``.
+
+    ``engine_model`` (from ``evalstop testbed calibrate`` on another trace): the trace is
+    predicted from its plan and that model before anything starts (``prediction.json``), and the
+    summary holds the prediction against the run (``summary["prediction"]``).
     """
     if slots < 1:
         raise ValueError(f"The 'slots' parameter of run_testbed must be an int >= 1. Got {slots!r} instead.")
@@ -62,6 +71,12 @@ def run_testbed(
     out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     plan = make_plan(spec)
+    if engine_model is not None:  # before the run: nothing measured on it can reach the prediction
+        prediction = predict_trace(plan, engine_model, slots, concurrent)
+        (out / PREDICTION).write_text(json.dumps(prediction, indent=1))
+    else:
+        (out / PREDICTION).unlink(missing_ok=True)
+    load_start = os.getloadavg()
     root = Path(tempfile.mkdtemp(prefix="evs-tb-"))  # short: unix socket paths have a length limit
     raw: dict[str, list[dict[str, Any]]] = {}
     warm_up_s = float("nan")
@@ -97,19 +112,37 @@ def run_testbed(
         "run_id": cluster.run_id,
         "plan": [j.to_json() for j in plan],
         "command": command,
+        "load_average": {"start": list(load_start), "end": list(os.getloadavg())},
     }
     return finish(out, raw, meta)
 
 
-def finish(out: Path, raw: dict[str, list[dict[str, Any]]], meta: dict[str, Any]) -> dict[str, Any]:
+def finish(
+    out: Path, raw: dict[str, list[dict[str, Any]]], meta: dict[str, Any], *, figures: bool = True
+) -> dict[str, Any]:
     """From a run's raw measurements: ``summary.json`` (figures per job and arm, the simulator's
     prediction) and the report. ``meta`` carries ``spec`` (with ``slots``, per arm), ``plan``,
-    ``warm_up_s`` and ``command``. Re-running it on a stored ``raw.json`` redoes the analysis."""
+    ``warm_up_s`` and ``command``. Re-running it on a stored ``raw.json`` redoes the analysis.
+    The held-out prediction, when the run had one, is read from ``prediction.json`` (written
+    before the run). ``figures=False``: the report without its PNGs."""
     summary = summarise(raw)
     summary.update(meta)
     summary["simulator"] = compare(summary, raw, int(meta["spec"]["slots"]))
+    if (out / PREDICTION).exists():
+        prediction = json.loads((out / PREDICTION).read_text())
+        summary["prediction"] = held_out(prediction, summary) | {"model": prediction["model"]}
+        # the same engine model with its mean start-up for every job (from the model and the plan
+        # only, like the prediction itself)
+        plan = [JobPlan.from_json(j) for j in meta["plan"]]
+        model = EngineModel.from_json(prediction["model"]).constant()
+        if model is not None:
+            spec = meta["spec"]
+            flat = predict_trace(
+                plan, model, int(spec["slots"]), bool(spec.get("concurrent")), curves=prediction["curves"]
+            )
+            summary["prediction"]["constant_startup"] = held_out(flat, summary)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    write_report(out, summary, raw)
+    write_report(out, summary, raw, figures=figures)
     return summary
 
 
@@ -135,3 +168,26 @@ def _run_arms(
             for arm in ARMS
         }
         return {arm: future.result() for arm, future in futures.items()}
+
+
+def calibrate(spec: WorkloadSpec, slots: int, out: Path, **kwargs: Any) -> EngineModel:
+    """Run the calibration trace ``spec`` (both arms, as :func:`run_testbed` with ``kwargs``) and
+    write the engine model it measures to ``out/engine-model.json``."""
+    summary = run_testbed(spec, slots, out, **kwargs)
+    model = fit_model(out, summary)
+    model.save(out / ENGINE_MODEL)
+    return model
+
+
+def fit_model(out: Path, summary: dict[str, Any]) -> EngineModel:
+    """The engine model of the run stored in ``out`` (its ``raw.json``) with ``summary``."""
+    raw = json.loads((out / "raw.json").read_text())
+    plan = [JobPlan.from_json(j) for j in summary["plan"]]
+    calibration = {
+        "command": summary.get("command", ""),
+        "spec": summary["spec"],
+        "concurrent": bool(summary["spec"].get("concurrent")),
+        "run_id": summary.get("run_id"),
+        "load_average": summary.get("load_average"),
+    }
+    return fit(raw, plan, calibration)

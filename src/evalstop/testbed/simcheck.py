@@ -34,12 +34,13 @@ from typing import Any
 
 import numpy as np
 
-from ..detectors import Eval
+from .simjobs import POLICIES, SimJob, run_policy, slot_ready_s
+
+__all__ = ["POLICIES", "StartupModel", "compare", "markdown", "predict", "slot_ready_s"]
 
 REPLICAS = 100
 NEIGHBOURS = 5
 MODES = ("timed", "sampled", "constant")
-POLICIES = (("shadow", "FIFO"), ("enforced", "EvalStop(FIFO)"))
 
 
 @dataclass(frozen=True)
@@ -97,68 +98,32 @@ class StartupModel:
         return cls(tuple(float(x) for _, x in rows), tuple(float(t) for t, _ in rows))
 
 
-def slot_ready_s(job: dict[str, Any], jobs: list[dict[str, Any]]) -> float:
-    """When ``job`` could have had its slots: its arrival, or, if it waited, the end of the last
-    job to end before its dispatch (under strict FIFO, the one that freed the last slot it
-    needed). The simulator starts a job at that instant; in reality the dispatcher first notices
-    the end (it polls the engine), registers the job with the service and submits it, so the overhead
-    the simulator must carry runs from there to the process's first line."""
-    ended = [float(k["end_s"]) for k in jobs if k["end_s"] <= job["dispatch_s"]]
-    return max([float(job["arrival_s"]), *ended])
-
-
 def _ordered(shadow: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(shadow, key=lambda r: (r["arrival_s"], r["name"]))
 
 
-def sim_workload(
+def sim_jobs(
     shadow: list[dict[str, Any]],
     labels: dict[str, str],
-    slots: int,
     startups_s: Sequence[float],
     stop_latency_s: float,
-) -> Any:
-    """The simulator's workload: the shadow arm's jobs in arrival order, job ``i`` with start-up
-    ``startups_s[i]``."""
-    from ..workloads import KINDS, JobSpec, JobTruth, KindShape, Workload, WorkloadConfig
-
-    jobs, truth = [], []
-    for i, (r, startup_s) in enumerate(zip(_ordered(shadow), startups_s, strict=True)):
-        duration = float(startup_s) + (r["end_s"] - r["proc_start_s"])
-        evals = tuple(
-            Eval(
-                step=e["step"],
-                score=e["score"],
-                progress=min(1.0, (startup_s + e["t"] - r["proc_start_s"] + stop_latency_s) / duration),
-            )
-            for e in r["evals"]
-        )
-        gold = tuple(float(e["gold"]) for e in r["evals"])
-        peak = int(np.argmax(gold))
-        width = int(r.get("slots", 1))
-        jobs.append(JobSpec(i, 0, "rlhf", width, float(r["arrival_s"]), duration, evals))
-        truth.append(
-            JobTruth(
-                labels[r["name"]] == "hacking",
-                duration,
-                evals[peak].progress or 0.0,
-                gold,
-                gold[peak],
-                gold[-1],
+) -> list[SimJob]:
+    """The shadow arm's jobs in arrival order, job ``i`` with start-up ``startups_s[i]``."""
+    jobs = []
+    for r, startup_s in zip(_ordered(shadow), startups_s, strict=True):
+        jobs.append(
+            SimJob(
+                arrival_s=float(r["arrival_s"]),
+                width=int(r.get("slots", 1)),
+                duration_s=float(startup_s) + (r["end_s"] - r["proc_start_s"]),
+                steps=tuple(int(e["step"]) for e in r["evals"]),
+                scores=tuple(float(e["score"]) for e in r["evals"]),
+                gold=tuple(float(e["gold"]) for e in r["evals"]),
+                eval_s=tuple(startup_s + e["t"] - r["proc_start_s"] + stop_latency_s for e in r["evals"]),
+                hacking=labels[r["name"]] == "hacking",
             )
         )
-    widths = tuple(range(1, slots + 1))
-    shapes = {kind: KindShape(widths, (1 / slots,) * slots, 1.0, 0.5) for kind in KINDS}  # sizes are measured
-    config = WorkloadConfig(n_jobs=len(jobs), total_gpus=slots, shapes=shapes)
-    return Workload(config, 0, tuple(jobs), tuple(truth))
-
-
-def _simulate(workload: Any, policy: str) -> dict[int, Any]:
-    from ..schedulers import FIFO, EvalStop
-    from ..sim.cluster import simulate
-
-    scheduler = FIFO() if policy == "FIFO" else EvalStop(FIFO(), watch=None)
-    return {o.job_id: o for o in simulate(workload, scheduler).outcomes}
+    return jobs
 
 
 def predict(
@@ -214,7 +179,7 @@ def _run(
     stop_latency_s: float,
     policy: str,
 ) -> dict[int, Any]:
-    return _simulate(sim_workload(shadow, labels, slots, startups.tolist(), stop_latency_s), policy)
+    return run_policy(sim_jobs(shadow, labels, startups.tolist(), stop_latency_s), slots, policy)
 
 
 def _gather(names: list[str], runs: list[dict[int, Any]]) -> dict[str, Any]:
@@ -342,7 +307,10 @@ def markdown(check: dict[str, Any]) -> str:
     mode = check.get("startup_mode", "sampled")
     lines = [
         "",
-        "## Simulator against the testbed",
+        "## In-sample diagnostic: the simulator fitted on this run",
+        "",
+        "Not a prediction: the start-up model below is the shadow arm of this very run, and the stop "
+        "latency its enforced arm's.",
         "",
         f"Start-up overhead, measured in the shadow arm (slots free to the process's first line, "
         f"{m['n']} jobs): mean {m['mean_s']:.2f} s, sd {m['sd_s']:.2f} s, range {m['min_s']:.2f}-"

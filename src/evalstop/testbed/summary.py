@@ -165,10 +165,17 @@ def markdown(summary: dict[str, Any], command: str) -> str:
         e = enforced[s["name"]]
         lines.append(
             f"| {s['name']} | {s['kind']} | {s['label']} | {s['jct_s']:.1f} | {e['jct_s']:.1f} | "
-            f"{_fmt(e['stop_step'], 'd')} | {_fmt(e['best_step'], 'd')} | {e['engine_status']} | "
+            f"{_fmt(e['stop_step'], 'd')} | {_fmt(e['best_step'], 'd')} | {_status(e)} | "
             f"{_fmt(s['delivered_gold'], '.3f')} / {_fmt(e['delivered_gold'], '.3f')} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _status(job: dict[str, Any]) -> str:
+    """The engine's final state, and whether EvalStop stopped the job: on Slurm a job that ends on
+    the adapter's SIGTERM exits 0 and reads COMPLETED."""
+    status = str(job["engine_status"])
+    return f"{status} (stopped by EvalStop)" if job["enforced_stop"] and status != "STOPPED" else status
 
 
 def _setting(spec: dict[str, Any]) -> str:

@@ -1,0 +1,200 @@
+"""The engine model: what ``evalstop testbed calibrate`` measures on a calibration trace, and the
+only thing (with the trace's plan) the held-out prediction of an evaluation run reads.
+
+- **Start-up**, as a function of load and width: ``startup_s = base + per_busy_slot * busy +
+  per_extra_slot * (width - 1)`` (least squares over the calibration run's jobs, both arms),
+  where ``busy`` is the number of slots the engine had busy with other jobs (every arm sharing
+  it) at the moment the job's slots were free, and the start-up runs from that moment to the
+  training process's first line (:func:`.simcheck.slot_ready_s`). Floored at 0; the residual
+  standard deviation is kept to describe the fit.
+- **Stop latency**: the mean time from a stop decision (the eval it answered) to the engine's end
+  of the job, over the calibration run's enforced stops.
+- **Eval overhead**, per job kind, from the jobs that ran to their end: eval ``k`` (1-based) comes
+  ``setup_s + step_k * step_time + (k - 1) * eval_s`` after the process's first line (``step_time``
+  is the plan's pacing, 0 for the unpaced GRPO jobs, whose ``eval_s`` is then their whole time per
+  eval), and the engine ends the job ``tail_s`` after its last eval.
+
+Kinds the calibration trace did not contain borrow the pooled timing of the numpy kinds (``hack``,
+``healthy`` and ``sft`` share their training loop); a GRPO kind it did not contain is an error.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .simjobs import slot_ready_s
+from .workload import JobPlan
+
+NUMPY_KINDS = ("hack", "healthy", "sft")
+POOLED = "numpy"
+FORMAT = "evalstop-engine-model/1"
+
+
+@dataclass(frozen=True)
+class KindTiming:
+    setup_s: float
+    eval_s: float
+    tail_s: float
+    n: int
+
+    def eval_offsets(self, steps: list[int], step_time_s: float) -> list[float]:
+        """Seconds from the process's first line to each eval."""
+        return [self.setup_s + s * step_time_s + k * self.eval_s for k, s in enumerate(steps)]
+
+
+@dataclass(frozen=True)
+class EngineModel:
+    startup_base_s: float
+    startup_per_busy_slot_s: float
+    startup_per_extra_slot_s: float
+    startup_residual_sd_s: float
+    stop_latency_s: float
+    timing: dict[str, KindTiming]
+    calibration: dict[str, Any] = field(default_factory=dict)
+    startup_mean_s: float | None = None  # the calibration's mean start-up (None: not recorded)
+
+    def startup_s(self, busy: float, width: int) -> float:
+        fitted = (
+            self.startup_base_s
+            + self.startup_per_busy_slot_s * busy
+            + self.startup_per_extra_slot_s * (width - 1)
+        )
+        return max(0.0, fitted)
+
+    def constant(self) -> EngineModel | None:
+        """The same model with one start-up for every job, the calibration's mean (no load or
+        width term): the variant the bench reports beside the fitted one. None for a model that
+        did not record the mean."""
+        if self.startup_mean_s is None:
+            return None
+        return replace(
+            self,
+            startup_base_s=self.startup_mean_s,
+            startup_per_busy_slot_s=0.0,
+            startup_per_extra_slot_s=0.0,
+        )
+
+    def timing_for(self, kind: str) -> KindTiming:
+        if kind in self.timing:
+            return self.timing[kind]
+        if kind in NUMPY_KINDS and POOLED in self.timing:
+            return self.timing[POOLED]
+        raise ValueError(
+            f"The engine model has no timing for job kind {kind!r} (calibrated kinds: "
+            f"{sorted(self.timing)}): calibrate on a trace that contains it (e.g. --grpo-share)."
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": FORMAT, **asdict(self)}
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(self.to_json(), indent=1))
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> EngineModel:
+        if data.get("format") != FORMAT:
+            raise ValueError(f"Not an engine model ({FORMAT}): format {data.get('format')!r}.")
+        body = {k: v for k, v in data.items() if k != "format"}
+        body["timing"] = {kind: KindTiming(**t) for kind, t in body["timing"].items()}
+        return cls(**body)
+
+    @classmethod
+    def load(cls, path: Path) -> EngineModel:
+        try:
+            return cls.from_json(json.loads(Path(path).read_text()))
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            raise ValueError(
+                f"The '--engine-model' parameter must name an engine model file. Got {str(path)!r} ({exc})."
+            ) from None
+
+    def describe(self) -> str:
+        return (
+            f"start-up {self.startup_base_s:.2f} s + {self.startup_per_busy_slot_s:+.3f} s per busy slot "
+            f"{self.startup_per_extra_slot_s:+.3f} s per extra slot of width (residual sd "
+            f"{self.startup_residual_sd_s:.2f} s); stop latency {self.stop_latency_s:.2f} s; per eval "
+            + ", ".join(f"{k} {t.eval_s:.3f} s" for k, t in sorted(self.timing.items()))
+        )
+
+
+def busy_slots(at_s: float, intervals: list[tuple[float, float, int]], skip: int) -> int:
+    """Slots held at ``at_s`` by the intervals ``(start, end, width)`` other than ``skip``."""
+    return sum(w for i, (s, e, w) in enumerate(intervals) if i != skip and s <= at_s < e)
+
+
+def fit(
+    raw: dict[str, list[dict[str, Any]]], plan: list[JobPlan], calibration: dict[str, Any]
+) -> EngineModel:
+    """The engine model from a calibration run's raw records (``raw.json``: both arms) and its
+    ``plan``. ``calibration["concurrent"]``: the arms shared the engine at once (else each arm's
+    load is its own)."""
+    plans = {j.name: j for j in plan}
+    rows, latencies = [], []
+    timings: dict[str, list[tuple[float, float, float]]] = {}
+    for arm, records in raw.items():
+        pool = [r for a, rs in raw.items() for r in rs] if calibration.get("concurrent") else records
+        intervals = [(r["dispatch_s"], r["end_s"], int(r.get("slots", 1))) for r in pool]
+        for r in records:
+            if r["proc_start_s"] is None:
+                continue
+            ready = slot_ready_s(r, records)
+            me = next(i for i, x in enumerate(pool) if x is r)
+            rows.append((busy_slots(ready, intervals, me), int(r.get("slots", 1)), r["proc_start_s"] - ready))
+            stop = _stop_step(r)
+            if arm == "enforced" and stop is not None:
+                t = next((e["t"] for e in r["evals"] if e["step"] == stop), None)
+                if t is not None:
+                    latencies.append(r["end_s"] - t)
+            row = _timing_row(r, plans[r["name"]])
+            if row is not None:
+                timings.setdefault(r["kind"], []).append(row)
+    if len(rows) < 3:
+        raise ValueError(f"A calibration run needs at least 3 jobs with a start; got {len(rows)}.")
+    if not latencies:
+        raise ValueError("The calibration run had no enforced stop: use a trace with hacking jobs.")
+    busy, width, y = (np.array([row[i] for row in rows], dtype=float) for i in range(3))
+    design = np.column_stack([np.ones_like(busy), busy, width - 1])
+    keep = [0] + [c for c in (1, 2) if np.ptp(design[:, c]) > 0]  # a constant column has no slope
+    coef = np.zeros(3)
+    coef[keep] = np.linalg.lstsq(design[:, keep], y, rcond=None)[0]
+    resid = y - design @ coef
+    pooled = [t for kind in NUMPY_KINDS for t in timings.get(kind, [])]
+    timing = {kind: _kind_timing(ts) for kind, ts in timings.items()}
+    if pooled:
+        timing[POOLED] = _kind_timing(pooled)
+    return EngineModel(
+        startup_base_s=float(coef[0]),
+        startup_per_busy_slot_s=float(coef[1]),
+        startup_per_extra_slot_s=float(coef[2]),
+        startup_residual_sd_s=float(np.std(resid, ddof=min(len(keep), len(rows) - 1))),
+        stop_latency_s=float(np.mean(latencies)),
+        timing=timing,
+        calibration={**calibration, "n_startups": len(rows), "n_stops": len(latencies)},
+        startup_mean_s=float(y.mean()),
+    )
+
+
+def _stop_step(record: dict[str, Any]) -> int | None:
+    stops = [d for d in record["service"]["decisions"] if d["decision"] == "stop"]
+    return int(stops[0]["step"]) if stops else None
+
+
+def _timing_row(record: dict[str, Any], plan: JobPlan) -> tuple[float, float, float] | None:
+    """(setup, per-eval overhead, tail) of a job that ran every eval; None otherwise."""
+    evals = record["evals"]
+    if len(evals) < max(2, plan.n_evals) or record.get("sigterm"):
+        return None
+    step_time = plan.step_time_s
+    first, last = evals[0], evals[-1]
+    eval_s = ((last["t"] - first["t"]) - (last["step"] - first["step"]) * step_time) / (len(evals) - 1)
+    setup_s = first["t"] - record["proc_start_s"] - first["step"] * step_time
+    return setup_s, eval_s, record["end_s"] - last["t"]
+
+
+def _kind_timing(rows: list[tuple[float, float, float]]) -> KindTiming:
+    setup, per_eval, tail = (float(np.mean([r[i] for r in rows])) for i in range(3))
+    return KindTiming(setup, per_eval, tail, len(rows))

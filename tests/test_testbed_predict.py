@@ -1,0 +1,197 @@
+"""The held-out prediction and the engine model, without a cluster (fast).
+
+A run's raw records are made here from a known engine: the schedule the simulator gives a plan
+under a chosen engine model, written out as the testbed's dispatcher writes them (dispatch when
+the slots are free, the process's first line a start-up later, each eval at its time, the stop's
+eval from the default rule). On those records:
+
+- :func:`fit` recovers the engine that made them (start-up slope in load, stop latency, eval
+  timing), and a prediction with the recovered model reproduces the run's mean JCT;
+- the prediction reads nothing from the evaluated run: corrupting that run's measured start-ups,
+  eval times and stop latencies leaves it unchanged, while the in-sample diagnostic moves.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from evalstop import Monitor
+from evalstop.detectors import DEFAULT_SPEC, Eval
+from evalstop.testbed import WorkloadSpec, make_plan
+from evalstop.testbed.engine_model import EngineModel, KindTiming, fit
+from evalstop.testbed.predict import curve, predict_trace
+from evalstop.testbed.run import PREDICTION, finish
+from evalstop.testbed.workload import JobPlan
+
+SPEC = WorkloadSpec(n_jobs=12, seed=7, mean_interarrival_s=1.5, step_time_s=0.05, max_slots=2)
+SLOTS = 2
+TRUE = EngineModel(
+    startup_base_s=2.0,
+    startup_per_busy_slot_s=0.4,
+    startup_per_extra_slot_s=0.5,
+    startup_residual_sd_s=0.0,
+    stop_latency_s=0.6,
+    timing={"numpy": KindTiming(setup_s=0.3, eval_s=0.02, tail_s=0.2, n=1)},
+)
+
+
+def stop_step(c: dict[str, list[Any]], n_steps: int) -> int | None:
+    monitor = Monitor(DEFAULT_SPEC)
+    for step, score in zip(c["steps"], c["scores"], strict=True):
+        if monitor.observe(Eval(step=step, score=score, progress=step / n_steps)).decision.value == "stop":
+            return int(step)
+    return None
+
+
+CURVES: dict[JobPlan, dict[str, list[Any]]] = {}
+
+
+def curves(plan: list[JobPlan]) -> dict[str, dict[str, list[Any]]]:
+    """Each job's curve, computed once for the module."""
+    for job in plan:
+        if job not in CURVES:
+            CURVES[job] = curve(job)
+    return {j.name: CURVES[j] for j in plan}
+
+
+def made_run(plan: list[JobPlan], model: EngineModel) -> dict[str, list[dict[str, Any]]]:
+    """The raw records of a run on an engine that behaves exactly as ``model`` says."""
+    pred = predict_trace(plan, model, SLOTS, concurrent=True, curves=curves(plan))
+    raw: dict[str, list[dict[str, Any]]] = {}
+    for arm in ("shadow", "enforced"):
+        records = []
+        for job in plan:
+            p, c = pred["arms"][arm]["jobs"][job.name], pred["curves"][job.name]
+            offsets = model.timing_for(job.kind).eval_offsets(c["steps"], job.step_time_s)
+            proc = p["start_s"] + p["startup_s"]
+            stop = stop_step(c, job.n_steps)
+            n = len(c["steps"]) if arm == "shadow" or stop is None else c["steps"].index(stop) + 1
+            evals = [
+                {
+                    "step": s,
+                    "score": x,
+                    "gold": g,
+                    "checkpoint": f"/ck/{job.name}/{s}",
+                    "decision": None,
+                    "t": proc + t,
+                }
+                for s, x, g, t in list(zip(c["steps"], c["scores"], c["gold"], offsets, strict=True))[:n]
+            ]
+            decisions = (
+                []
+                if stop is None
+                else [
+                    {
+                        "decision": "stop",
+                        "shadow": arm == "shadow",
+                        "step": stop,
+                        "best_step": stop,
+                        "best_checkpoint_uri": f"/ck/{job.name}/{stop}",
+                    }
+                ]
+            )
+            records.append(
+                {
+                    "name": job.name,
+                    "kind": job.kind,
+                    "seed": job.seed,
+                    "slots": job.slots,
+                    "arrival_s": job.arrival_s,
+                    "dispatch_s": p["start_s"],
+                    "submitted_s": p["start_s"],
+                    "proc_start_s": proc,
+                    "end_s": p["end_s"],
+                    "evals": evals,
+                    "sigterm": arm == "enforced" and stop is not None,
+                    "engine_status": "STOPPED" if arm == "enforced" and stop is not None else "SUCCEEDED",
+                    "service": {"state": "done", "decisions": decisions},
+                }
+            )
+        raw[arm] = records
+    return raw
+
+
+@pytest.fixture(scope="module")
+def plan() -> list[JobPlan]:
+    return make_plan(SPEC)
+
+
+def meta(plan: list[JobPlan]) -> dict[str, Any]:
+    spec = {**SPEC.__dict__, "slots": SLOTS, "engine": "ray", "concurrent": True}
+    return {"spec": spec, "plan": [j.to_json() for j in plan], "command": "test"}
+
+
+def test_curves_off_the_cluster_are_the_jobs_curves(plan: list[JobPlan]) -> None:
+    job = plan[0]
+    c = curve(job)
+    assert c == curve(job)  # seeded
+    assert len(c["steps"]) == job.n_evals and c["steps"][-1] == job.n_steps
+
+
+def test_fit_recovers_the_engine_and_the_prediction_its_run(plan: list[JobPlan]) -> None:
+    raw = made_run(plan, TRUE)
+    assert len({j.slots for j in plan}) == 2 and any(r["sigterm"] for r in raw["enforced"])
+    got = fit(raw, plan, {"concurrent": True})
+    assert got.startup_base_s == pytest.approx(2.0, abs=0.05)
+    assert got.startup_per_busy_slot_s == pytest.approx(0.4, abs=0.02)
+    assert got.startup_per_extra_slot_s == pytest.approx(0.5, abs=0.05)
+    assert got.stop_latency_s == pytest.approx(0.6, abs=1e-6)
+    t = got.timing_for("hack")
+    assert (t.setup_s, t.eval_s, t.tail_s) == pytest.approx((0.3, 0.02, 0.2), abs=1e-6)
+    assert EngineModel.from_json(json.loads(json.dumps(got.to_json()))) == got
+    # the model fitted on the run predicts it (the engine behaved exactly as modelled)
+    pred = predict_trace(plan, got, SLOTS, concurrent=True, curves=curves(plan))
+    for arm in ("shadow", "enforced"):
+        real = np.mean([r["end_s"] - r["arrival_s"] for r in raw[arm]])
+        assert pred["arms"][arm]["jct_mean_s"] == pytest.approx(real, rel=0.01), arm
+
+
+def test_prediction_reads_nothing_from_the_evaluated_run(plan: list[JobPlan], tmp_path: Path) -> None:
+    model = fit(
+        made_run(make_plan(WorkloadSpec(**{**SPEC.__dict__, "seed": 8})), TRUE), plan, {"concurrent": True}
+    )
+    pred = predict_trace(plan, model, SLOTS, concurrent=True, curves=curves(plan))
+    (tmp_path / PREDICTION).write_text(json.dumps(pred))
+    raw = made_run(plan, TRUE)
+    first = finish(tmp_path, raw, meta(plan), figures=False)
+    rng = np.random.default_rng(0)
+    for records in raw.values():  # corrupt every measured start-up, eval time and stop latency
+        for r in records:
+            r["proc_start_s"] += float(rng.uniform(0.5, 5.0))
+            for e in r["evals"]:
+                e["t"] += float(rng.uniform(0.0, 3.0))
+            if r["sigterm"]:
+                r["end_s"] += float(rng.uniform(1.0, 4.0))
+    second = finish(tmp_path, raw, meta(plan), figures=False)
+    for arm in ("shadow", "enforced"):
+        for key in ("pred_jct_mean_s", "pred_jct_p95_s", "pred_stopped"):
+            assert first["prediction"][arm][key] == second["prediction"][arm][key], (arm, key)
+            flat = first["prediction"]["constant_startup"][arm][key]
+            assert flat == second["prediction"]["constant_startup"][arm][key], (arm, key)
+    assert json.loads((tmp_path / PREDICTION).read_text()) == json.loads(json.dumps(pred))
+    # the corruption was real: the in-sample diagnostic (fitted on the run) and the real figures moved
+    assert first["simulator"]["startup_s"] != second["simulator"]["startup_s"]
+    assert first["simulator"]["stop_latency_s"] != second["simulator"]["stop_latency_s"]
+    assert (
+        first["prediction"]["enforced"]["real_jct_mean_s"]
+        != second["prediction"]["enforced"]["real_jct_mean_s"]
+    )
+
+
+def test_a_bad_engine_model_file_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from evalstop.cli import main
+
+    bad = tmp_path / "model.json"
+    bad.write_text('{"format": "something else"}')
+    for path in (bad, tmp_path / "missing.json"):
+        assert main(["testbed", "--engine-model", str(path), "--out", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err
+        assert "'--engine-model' parameter" in err and str(path) in err and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()  # nothing ran
