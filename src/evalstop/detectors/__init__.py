@@ -13,12 +13,16 @@ from ._noise import ItemEval
 from ._noise_aware import NoiseAware
 from ._paired import Paired
 from ._patience import Patience
+from ._policy import STOP, Correction, OnDetect
+from ._rewind import Rewind
 from ._slaq import SlaqLoss
 from ._spec import DEFAULT_SPEC, REGISTRY, format_spec, parse_spec
 
 __all__ = [
     "DEFAULT_SPEC",
     "REGISTRY",
+    "STOP",
+    "Correction",
     "Cusum",
     "Decision",
     "Detector",
@@ -31,8 +35,10 @@ __all__ = [
     "Monitor",
     "NeverStop",
     "NoiseAware",
+    "OnDetect",
     "Paired",
     "Patience",
+    "Rewind",
     "SlaqLoss",
     "Verdict",
     "format_spec",
