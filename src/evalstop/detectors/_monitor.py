@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
@@ -180,6 +181,11 @@ class Monitor:
         self.last_step = self.state["best_step"]
         self.fired_now = False
         return Rewind.from_entry(entry)
+
+    def stop_instead(self) -> None:
+        """The job cannot rewind (say, no checkpoint was saved): no rewinds are left, ``action``
+        is "stop" and the log ends with the stop."""
+        self.policy = replace(self.policy, max_rewinds=len(self.rewinds))
 
     @property
     def log(self) -> list[dict[str, Any]]:
