@@ -18,6 +18,8 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from ..workloads import PRESETS
+from .rewind_platform import PostRewind, calibrate, platform_study
 from .rewind_study import SHIPPED, analyse, format_table
 
 DEFAULT_CACHE = Path("results") / "rewind-grpo"
@@ -35,6 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--write-shipped", action="store_true", help="write the trained runs as package data")
     parser.add_argument("--plot", type=Path, default=None,
                         help="write the figure (PNG; needs the 'plot' extra)")
+    parser.add_argument("--platform", type=int, default=0, metavar="SEEDS",
+                        help="also simulate a cluster whose tenants rewind instead of stop, over SEEDS "
+                             "seeds (paper preset, 1,000 jobs, 64 GPUs; the post-rewind model calibrated "
+                             "on the runs)")
     parser.add_argument("--json", action="store_true", help="print the full result as JSON")
     parser.set_defaults(run=run)
 
@@ -51,12 +57,44 @@ def run(args: argparse.Namespace) -> int:
     else:
         data = read_runs(args.runs or SHIPPED)
     result = analyse(data)
+    if args.platform > 0:
+        result["platform"] = platform(result, args.platform)
     if args.plot is not None:
         from .rewind_figure import plot
 
         plot(result, args.plot)
-    print(json.dumps(result, indent=1) if args.json else format_table(result))
+    text = format_table(result)
+    if "platform" in result:
+        text += "\n\n" + format_platform(result["platform"])
+    print(json.dumps(result, indent=1) if args.json else text)
     return 0
+
+
+def platform(result: dict[str, Any], seeds: int) -> dict[str, Any]:
+    """The platform study: stop vs rewind with each arm's calibrated post-rewind model, and the
+    model's two extremes (never / always re-hacks) as its sensitivity."""
+    models = {arm: calibrate(result, arm) for arm in result["corrections"]}
+    models["never re-hacks, gain 0"] = PostRewind(rehack=0.0, gain=0.0)
+    models["always re-hacks"] = PostRewind(rehack=1.0, gain=0.0)
+    config = PRESETS["paper"].with_(n_jobs=1000)
+    rows = platform_study(config, seeds, models)
+    return {"seeds": seeds, "config": "paper preset, 1,000 jobs, 64 GPUs, SRTF-Est + the default rule",
+            "models": {name: vars(m) for name, m in models.items()}, "rows": rows}
+
+
+def format_platform(study: dict[str, Any]) -> str:
+    lines = [f"Platform: {study['config']}, {study['seeds']} seeds (means)", "",
+             "| policy | post-rewind model | rewound jobs | JCT mean h | JCT p95 h | GPU-h "
+             "| RLHF quality delivered | RLHF quality per GPU-h | RLHF regret |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for name, row in study["rows"].items():
+        key = name.removeprefix("rewind (").removesuffix(")")
+        model = study["models"].get(key)
+        desc = "—" if model is None else f"re-hack {model['rehack']:.2f}, gain {model['gain']:+.3f}"
+        lines.append(f"| {name} | {desc} | {row['rewound_jobs']:.0f} | {row['jct_mean_h']:.2f} | "
+                     f"{row['jct_p95_h']:.2f} | {row['gpu_hours']:.0f} | {row['rlhf_quality']:.4f} | "
+                     f"{row['rlhf_quality_per_gpu_hour']:.5f} | {row['rlhf_regret']:.4f} |")
+    return "\n".join(lines)
 
 
 def train(study_seed: int, n_seeds: int, jobs: int, cache: Path) -> dict[str, Any]:
