@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from evalstop.experiments.rewind_cmd import read_runs
+from evalstop.experiments.rewind_report import rewind_section
 from evalstop.experiments.rewind_study import SHIPPED, analyse, deliveries, format_table
 
 
@@ -63,7 +65,7 @@ def test_the_arms_deliver_what_the_rules_say() -> None:
     assert arms["none"]["anytime"][-1] == arms["none"]["quality"]
 
 
-def test_the_shipped_runs_give_the_table() -> None:
+def test_the_shipped_runs_give_the_table(tmp_path: Path) -> None:
     if not SHIPPED.is_file():
         pytest.skip("the rewind study's runs are not shipped in this checkout")
     result = analyse(read_runs(SHIPPED))
@@ -78,3 +80,6 @@ def test_the_shipped_runs_give_the_table() -> None:
     command = [sys.executable, "-m", "evalstop.cli", "rewind"]
     out = subprocess.run(command, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == text
+    pytest.importorskip("matplotlib", reason="the figure needs the plot extra")
+    lines, page, png = rewind_section(tmp_path)
+    assert png is not None and png.stat().st_size > 10_000 and text in lines and "data:image/png" in page
