@@ -20,10 +20,14 @@ import json
 import os
 from typing import Any
 
-import torch
-from safetensors.torch import load_file
-
 from ..detectors import Correction
+from ._common import missing_extra
+
+try:
+    import torch
+    from safetensors.torch import load_file
+except ImportError as exc:  # pragma: no cover - exercised without the hf extra
+    raise missing_extra("torch", "EvalStopCallback's rewind") from exc
 
 WEIGHTS = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"

@@ -50,13 +50,14 @@ from ._common import (
     resolve_detector,
 )
 from ._remote import RemoteHistory, RemoteJob
-from ._rewind import RewindRefused, check_checkpoint, check_correction, rewind_in_place
 
 try:
     from transformers import TrainerCallback
     from transformers.trainer_callback import ExportableState
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess without transformers
     raise missing_extra("transformers", "EvalStopCallback") from exc
+
+from ._rewind import RewindRefused, check_checkpoint, check_correction, rewind_in_place  # needs torch
 
 #: The file, in ``args.output_dir``, that holds the verdict and the history.
 RECORD_NAME = "evalstop.json"
