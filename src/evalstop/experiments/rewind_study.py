@@ -6,15 +6,16 @@ detection, stop at the second). The arms:
 - ``none``: the base run to its end; it delivers its last model.
 - ``stop``: EvalStop as it is: the default rule replayed over the base run's watched evals; at
   the detection the job ends and delivers its best checkpoint (best by the watched eval). A run
-  the rule never stops is the ``none`` run.
+  the rule never stops is the ``none`` run (it delivers its last model).
 - ``rewind-kl``, ``rewind-lr``: the rewind runs. A run stopped (at its second detection) delivers
   its best checkpoint; a run that reaches ``n_steps`` delivers its last model, as ``none`` does.
 
 Measures, per arm: the true quality (the held-out gold eval) of what it delivers; the training
 steps it used, and GPU-seconds = steps x the CPU seconds per step measured on the base runs (this
 CPU stands in for the GPU); the quality it would deliver at equal budgets (the job cut at 25, 50,
-75 and 100 % of ``n_steps``: its best checkpoint if it had stopped by then, else the model
-at that step); how often a rewound run is detected again, and how often its true gold falls again
+75 and 100 % of ``n_steps``: what it delivered if it had ended by then; else, for ``none``, the
+model at that step, and for the arms with a rule, the rule's best checkpoint so far, since a cut
+is a stop); how often a rewound run is detected again, and how often its true gold falls again
 by at least ``REHACK_DROP`` below its peak after the rewind. Differences against ``stop`` are
 paired by seed (95 % bootstrap CIs of the mean difference, Wilcoxon signed-rank p).
 """
@@ -29,12 +30,14 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
-from ..detectors import DEFAULT_SPEC, Eval, Monitor
+from ..detectors import DEFAULT_SPEC, STOP, Eval, Monitor, OnDetect
 from .stats import mean_ci
 
 SHIPPED = Path(__file__).resolve().parents[1] / "workloads" / "data" / "rewind-grpo" / "runs.json.gz"
 REHACK_DROP = 0.1
 BUDGETS = (0.25, 0.5, 0.75, 1.0)
+#: How the rule ran in the rewind runs (the correction does not change what the rule does).
+_REPLAY = OnDetect("rewind", max_rewinds=1, correction="lr*=1")
 
 
 def deliveries(seed: dict[str, Any], arms: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -46,19 +49,20 @@ def deliveries(seed: dict[str, Any], arms: Sequence[str]) -> dict[str, dict[str,
         if monitor.observe(Eval(step, score)).stopped:
             break
     v = monitor.verdict
-    out = {"none": _arm(base, None, None, n_steps)}
-    out["stop"] = _arm(base, v.stop_step, v.best_step, n_steps) if v.stopped else dict(out["none"])
+    out = {"none": _arm(base, None, None, n_steps, None)}
+    out["stop"] = _arm(base, v.stop_step, v.best_step, n_steps, STOP)
     out["stop"]["detect_step"] = v.stop_step
     for arm in arms:
         run = seed[arm]
         stops = [e for e in run["log"] if e["event"] == "stop"]
         stop_step, best = (stops[0]["step"], stops[0]["best_step"]) if stops else (None, None)
-        out[arm] = _arm(run, stop_step, best, n_steps)
+        out[arm] = _arm(run, stop_step, best, n_steps, _REPLAY)
         out[arm].update(_rehack(run))
     return out
 
 
-def _arm(run: dict[str, Any], stop_step: int | None, best_step: int | None, n_steps: int) -> dict[str, Any]:
+def _arm(run: dict[str, Any], stop_step: int | None, best_step: int | None, n_steps: int,
+         policy: OnDetect | None) -> dict[str, Any]:
     gold = dict(zip(run["steps"], run["gold"], strict=True))
     order = list(gold)  # eval steps in training order (a rewound run's are past the detection)
     delivered = gold[best_step] if best_step is not None else gold[order[-1]]
@@ -68,9 +72,24 @@ def _arm(run: dict[str, Any], stop_step: int | None, best_step: int | None, n_st
         budget = round(fraction * n_steps)
         if used <= budget:
             anytime.append(delivered)
-        else:
+        elif policy is None:  # no rule: the model at that step
             anytime.append(gold[max(s for s in order if s <= budget)])
+        else:  # a cut is a stop: the rule's best checkpoint so far
+            anytime.append(gold[_best_by(run, budget, policy)])
     return {"quality": delivered, "steps": used, "anytime": anytime}
+
+
+def _best_by(run: dict[str, Any], budget: int, policy: OnDetect) -> int:
+    """The best step of the rule (rewinding as the run did) over the run's evals up to ``budget``."""
+    monitor = Monitor(DEFAULT_SPEC, policy)
+    for step, score in zip(run["steps"], run["watched"], strict=True):
+        if step > budget:
+            break
+        monitor.observe(Eval(step, score))
+        if monitor.action == "rewind":
+            monitor.rewind()
+    best = monitor.verdict.best_step
+    return int(best) if best is not None else run["steps"][0]
 
 
 def _rehack(run: dict[str, Any]) -> dict[str, Any]:
