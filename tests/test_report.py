@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from evalstop.experiments.rewind_study import SHIPPED as REWIND_RUNS
 from evalstop.experiments.spec import load_studies
 
 pytest.importorskip("matplotlib", reason="the report needs the plot extra: pip install -e '.[plot]'")
@@ -91,6 +92,7 @@ def test_html_report_is_self_contained_with_the_claims_first(
     assert text.index("claims-paper") < text.index("<img")
     assert "data:image/png;base64," in text and 'src="figures/' not in text and "src='figures/" not in text
     n_figures = sum(len(s["figures"]) for s in results["studies"].values() if s["status"] == "ok")
+    n_figures += int(REWIND_RUNS.is_file())  # the rewind section's figure (docs/rewind.md)
     assert text.count("<img") == n_figures
     pngs = list((results_dir / "figures").glob("*.png"))
     assert len(pngs) == n_figures and all(p.stat().st_size > 10_000 for p in pngs)

@@ -14,6 +14,8 @@ from ._noise import ItemEval
 from ._noise_aware import NoiseAware
 from ._paired import Paired
 from ._patience import Patience
+from ._policy import STOP, Correction, OnDetect
+from ._rewind import Rewind
 from ._slaq import SlaqLoss
 from ._spec import DEFAULT_SPEC, REGISTRY, format_spec, parse_spec
 from ._watch import watch
@@ -22,8 +24,10 @@ __all__ = [
     "DEFAULT_CADENCE",
     "DEFAULT_SPEC",
     "REGISTRY",
+    "STOP",
     "Adaptive",
     "CadencePolicy",
+    "Correction",
     "Cusum",
     "Decision",
     "Detector",
@@ -38,8 +42,10 @@ __all__ = [
     "NeverStop",
     "NextEval",
     "NoiseAware",
+    "OnDetect",
     "Paired",
     "Patience",
+    "Rewind",
     "RuleEvidence",
     "SlaqLoss",
     "Verdict",

@@ -16,6 +16,12 @@ feeds a job's evals to one ``Monitor`` and acts when ``fired_now`` is set. The r
   in steps when ``eval_interval`` (the steps between eval opportunities) is known.
 - ``to_json()`` gives a dict of JSON values (no NaN/inf), and ``Monitor.from_json`` rebuilds an
   equal monitor, so a service can persist it per job and a callback can save it in a checkpoint.
+- What the job does when the rule fires is its ``policy`` (an ``OnDetect``; the default stops).
+  Under ``OnDetect(on_detect="rewind", ...)`` ``action`` says "rewind" while rewinds are left:
+  the caller goes back to the best checkpoint, applies the correction and calls ``rewind()``,
+  which puts the rule back in its state right after the best eval (evals after it no longer
+  count; the next accepted eval is any step after the best one). ``log`` lists every detection,
+  rewind and the final stop (``_rewind.py``).
 """
 
 from __future__ import annotations
@@ -23,11 +29,14 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
 from ._base import Detector, Eval, RuleEvidence, State, Verdict, copy_state
 from ._cadence import DEFAULT_CADENCE, CadencePolicy, NextEval, format_cadence, parse_cadence
+from ._policy import STOP, OnDetect
+from ._rewind import Rewind, decision_log, rewind_entry, snapshot
 from ._spec import DEFAULT_SPEC, format_spec, parse_spec
 
 #: Version of the ``to_json`` layout.
@@ -40,11 +49,12 @@ _parse = lru_cache(maxsize=1024)(parse_spec)
 class Monitor:
     """``Monitor(detector)`` watches one job; ``detector`` is a Detector, a spec string, or None
     for ``DEFAULT_SPEC``. ``cadence`` (a policy or its spec; default ``every:1``) and
-    ``eval_interval`` (steps between eval opportunities, if known) shape ``next_eval()``."""
+    ``eval_interval`` (steps between eval opportunities, if known) shape ``next_eval()``;
+    ``policy`` (an ``OnDetect`` or its JSON dict; None stops) says what a detection does."""
 
     __slots__ = (
-        "best_checkpoint", "cadence", "detector", "eval_interval", "fired_now", "last_step", "n_ignored",
-        "state",
+        "best_checkpoint", "best_state", "cadence", "detector", "eval_interval", "fired_now", "last_step",
+        "n_ignored", "policy", "rewinds", "state",
     )
 
     def __init__(
@@ -52,6 +62,8 @@ class Monitor:
         detector: Detector | str | None = None,
         cadence: CadencePolicy | str | None = None,
         eval_interval: int | None = None,
+        *,
+        policy: OnDetect | Mapping[str, Any] | None = None,
     ) -> None:
         if detector is None or isinstance(detector, str):
             detector = parse_spec(DEFAULT_SPEC if detector is None else detector)
@@ -70,6 +82,11 @@ class Monitor:
             raise ValueError(f"The 'eval_interval' parameter of Monitor must be an int >= 1. "
                              f"Got {eval_interval!r} instead.")
         self.eval_interval = eval_interval
+        self.policy = STOP if policy is None else OnDetect.from_json(policy)
+        #: one entry per rewind done (``_rewind.rewind_entry``); the rule state right after the
+        #: best eval (kept only under a rewind policy)
+        self.rewinds: tuple[dict[str, Any], ...] = ()
+        self.best_state: State | None = None
 
     # -- what callers read -----------------------------------------------------------------
     @property
@@ -136,6 +153,7 @@ class Monitor:
             self.n_ignored += sum(1 for _ in evals)
             return False
         state, step = self.state, self.detector.step
+        keep = self.policy.rewinds
         last = -math.inf if self.last_step is None else self.last_step
         index = state["n"]
         fired, n_ignored = False, 0
@@ -148,6 +166,8 @@ class Monitor:
             reason = step(state, index, ev)
             if checkpoints is not None and state["best_index"] == index:
                 self.best_checkpoint = checkpoints[i]
+            if keep and state["best_index"] == index:
+                self.best_state = snapshot(state, index)
             index += 1
             if reason is not None:
                 state["stop"] = [index - 1, ev.step, reason]
@@ -167,8 +187,50 @@ class Monitor:
         fired = self.detector.advance(state, ev)
         if state["best_index"] == state["n"] - 1:
             self.best_checkpoint = checkpoint
+            if self.policy.rewinds and not fired:
+                self.best_state = snapshot(state, state["n"] - 1)
         self.fired_now = fired
         return fired
+
+    # -- on a detection: stop or rewind ----------------------------------------------------
+    @property
+    def action(self) -> str | None:
+        """None while the rule has not fired; then "rewind" if the policy has a rewind left and
+        there is a best eval to go back to, else "stop"."""
+        if not self.fired:
+            return None
+        left = self.policy.rewinds and len(self.rewinds) < self.policy.max_rewinds
+        return "rewind" if left and self.best_state is not None else "stop"
+
+    @property
+    def n_rewinds(self) -> int:
+        return len(self.rewinds)
+
+    def rewind(self) -> Rewind:
+        """Go back to the best eval (call it once the job is back on the best checkpoint, with
+        the correction applied); return what was done. Raises ValueError unless ``action`` is
+        "rewind"."""
+        if self.action != "rewind" or self.best_state is None:
+            raise ValueError(f"Monitor.rewind: the action is {self.action!r}, not 'rewind' (fired="
+                             f"{self.fired}, rewinds {len(self.rewinds)} of {self.policy.max_rewinds}).")
+        number = len(self.rewinds) + 1
+        entry = rewind_entry(self.verdict, self.best_checkpoint, self.policy.correction, number)
+        self.rewinds = (*self.rewinds, entry)
+        self.state = copy_state(self.best_state)
+        self.last_step = self.state["best_step"]
+        self.fired_now = False
+        return Rewind.from_entry(entry)
+
+    def stop_instead(self) -> None:
+        """The job cannot rewind (say, no checkpoint was saved): no rewinds are left, ``action``
+        is "stop" and the log ends with the stop."""
+        self.policy = replace(self.policy, max_rewinds=len(self.rewinds))
+
+    @property
+    def log(self) -> list[dict[str, Any]]:
+        """Every detection, every rewind (with its checkpoint and correction) and the final stop,
+        in order (built from the rewinds and the current verdict)."""
+        return decision_log(self.rewinds, self.verdict, self.best_checkpoint, self.action)
 
     # -- persistence -----------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
@@ -178,6 +240,8 @@ class Monitor:
             "best_checkpoint": self.best_checkpoint, "last_step": self.last_step,
             "fired_now": self.fired_now, "n_ignored": self.n_ignored,
             "cadence": format_cadence(self.cadence), "eval_interval": self.eval_interval,
+            "policy": self.policy.to_json(), "rewinds": [dict(r) for r in self.rewinds],
+            "best_state": None if self.best_state is None else copy_state(self.best_state),
         }
 
     @classmethod
@@ -196,15 +260,19 @@ class Monitor:
             rule = _parse(detector) if isinstance(detector, str) else detector
             if format_spec(rule) != spec and _parse(spec) != rule:
                 raise ValueError(f"The saved monitor runs detector {spec!r}, not {format_spec(rule)!r}.")
-        monitor = cls(rule, str(data.get("cadence") or DEFAULT_CADENCE), data.get("eval_interval"))
-        state = data["state"]
+        monitor = cls(rule, str(data.get("cadence") or DEFAULT_CADENCE), data.get("eval_interval"),
+                      policy=OnDetect.from_json(data.get("policy")))
+        state, best_state = data["state"], data.get("best_state")
         expected = set(monitor.state)
-        if not isinstance(state, Mapping) or set(state) != expected:
-            raise ValueError(
-                f"The saved state of detector {data['detector']!r} must have the keys "
-                f"{sorted(expected)}. Got {state!r}."
-            )
+        for saved in (state, best_state):
+            if saved is not None and (not isinstance(saved, Mapping) or set(saved) != expected):
+                raise ValueError(
+                    f"The saved state of detector {data['detector']!r} must have the keys "
+                    f"{sorted(expected)}. Got {saved!r}."
+                )
         monitor.state = copy_state(dict(state))
+        monitor.best_state = None if best_state is None else copy_state(dict(best_state))
+        monitor.rewinds = tuple(dict(r) for r in data.get("rewinds") or ())
         monitor.best_checkpoint = data.get("best_checkpoint")
         monitor.last_step = data.get("last_step")
         monitor.fired_now = bool(data.get("fired_now", False))

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .legend import legend_lines
+from .rewind_report import rewind_section
 
 __all__ = ["add_arguments", "render_markdown", "run", "write_report"]
 
@@ -61,9 +62,12 @@ def write_report(results_dir: Path) -> list[Path]:
     doc = json.loads(source.read_text())
     figures = _write_figures(doc, results_dir / "figures") if have_matplotlib() else {}
     md = render_markdown(doc, figures, relative_to=results_dir)
-    (results_dir / "report.md").write_text(md)
-    (results_dir / "report.html").write_text(render_html(doc, figures))
-    return [results_dir / "report.md", results_dir / "report.html", *figures.values()]
+    rewind_md, rewind_html, rewind_png = rewind_section(results_dir / "figures" if figures else None)
+    (results_dir / "report.md").write_text(md + "\n".join(rewind_md))
+    page = render_html(doc, figures).replace("</body></html>", rewind_html + "\n</body></html>")
+    (results_dir / "report.html").write_text(page)
+    extra = [] if rewind_png is None else [rewind_png]
+    return [results_dir / "report.md", results_dir / "report.html", *figures.values(), *extra]
 
 
 def have_matplotlib() -> bool:

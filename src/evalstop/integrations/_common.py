@@ -14,7 +14,17 @@ from types import ModuleType
 from typing import Any
 
 from .._validation import check_choice
-from ..detectors import DEFAULT_SPEC, Detector, Eval, Monitor, NextEval, Verdict, format_spec, parse_spec
+from ..detectors import (
+    DEFAULT_SPEC,
+    Detector,
+    Eval,
+    Monitor,
+    NextEval,
+    OnDetect,
+    Verdict,
+    format_spec,
+    parse_spec,
+)
 
 #: module -> the extra that installs it.
 EXTRAS = {
@@ -91,9 +101,11 @@ def describe(detector: Detector) -> str:
 class EvalHistory:
     """One job's evals (kept for its record file) and the ``Monitor`` that decides over them."""
 
-    def __init__(self, detector: Detector, monitor: Monitor | None = None) -> None:
+    def __init__(
+        self, detector: Detector, monitor: Monitor | None = None, policy: OnDetect | None = None
+    ) -> None:
         self.detector = detector
-        self.monitor = Monitor(detector) if monitor is None else monitor
+        self.monitor = Monitor(detector, policy=policy) if monitor is None else monitor
         self.evals: list[Eval] = []
 
     @property
@@ -135,6 +147,7 @@ class EvalHistory:
             "best_score": v.best_score,
             "n_invalid": v.n_invalid,
             "evals": [eval_row(ev) for ev in self.evals],
+            "log": self.monitor.log,
         }
 
 

@@ -34,6 +34,14 @@ steps and the callback sets ``control.should_evaluate`` only at the step the mon
 ``next_eval()`` names (and clears it elsewhere). Needs ``eval_strategy="steps"``. In remote
 mode, with ``cadence`` given for the spacing, the ``next_eval`` hint of the service's reply is
 followed the same way (a reply without one leaves the Trainer's schedule alone).
+
+Rewind instead of stop: ``on_detect=OnDetect("rewind", max_rewinds=1, correction="kl_coef*=2")``,
+with the callback added by ``callback.bind(trainer)`` (a ``kl_coef`` correction sets the trainer's
+``beta``). At a detection with a rewind left, the callback loads the best checkpoint into the live
+model, optimizer and scheduler, applies the correction (``_rewind.py``) and training goes on;
+``rewinds`` lists what each rewind did, and ``evalstop.json`` the decision log. A correction the
+trainer cannot take fails at train begin; a detection without a saved best checkpoint stops the
+run (with a warning) instead of rewinding.
 """
 
 from __future__ import annotations
@@ -50,6 +58,7 @@ from ..detectors import (
     Eval,
     Monitor,
     NextEval,
+    OnDetect,
     Verdict,
     format_cadence,
     parse_cadence,
@@ -70,6 +79,8 @@ try:
     from transformers.trainer_callback import ExportableState
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess without transformers
     raise missing_extra("transformers", "EvalStopCallback") from exc
+
+from ._rewind import RewindRefused, check_checkpoint, check_correction, rewind_in_place  # needs torch
 
 #: The file, in ``args.output_dir``, that holds the verdict and the history.
 RECORD_NAME = "evalstop.json"
@@ -134,6 +145,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         remote: RemoteJob | dict[str, Any] | None = None,
         after_stop: str = "refuse",
         cadence: CadencePolicy | str | None = None,
+        on_detect: OnDetect | dict[str, Any] | None = None,
     ) -> None:
         if not isinstance(metric, str) or not metric:
             raise ValueError(
@@ -144,12 +156,19 @@ class EvalStopCallback(TrainerCallback, ExportableState):
                              f"Got {after_stop!r} instead.")
         self.metric = metric
         self.after_stop = after_stop
+        self.on_detect = OnDetect.from_json(on_detect)
+        #: what each rewind did (checkpoint, steps, knobs before and after); the bound trainer
+        self.rewinds: list[dict[str, Any]] = []
+        self._trainer: Any = None
         #: the logged names that carry the metric: itself, and its ``eval_`` form as HF writes it
         self._keys = (metric,) if metric.startswith("eval_") else (metric, f"eval_{metric}")
         self.detector = resolve_detector(detector, infer_mode(metric, detector, mode), "EvalStopCallback")
         self.mode = detector_mode(self.detector)
         self.record_name = record_name
         self.remote = RemoteJob(**remote) if isinstance(remote, dict) else remote
+        if self.remote is not None and self.on_detect.rewinds:
+            raise ValueError("EvalStopCallback: on_detect='rewind' runs in local mode only (the remote "
+                             "service stops the job).")
         if self.remote is not None and detector is not None:
             raise ValueError(
                 "EvalStopCallback: give a detector (local mode) or remote= (the service's rule), not both."
@@ -167,6 +186,13 @@ class EvalStopCallback(TrainerCallback, ExportableState):
     def verdict(self) -> Verdict:
         return self.history.verdict
 
+    def bind(self, trainer: Any) -> EvalStopCallback:
+        """Add this callback to ``trainer`` and keep the trainer (a ``kl_coef`` correction sets
+        its ``beta``)."""
+        trainer.add_callback(self)
+        self._trainer = trainer
+        return self
+
     # ---- Trainer hooks -------------------------------------------------------------------------
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         check_training_args(args, self.metric, self.mode)
@@ -176,6 +202,8 @@ class EvalStopCallback(TrainerCallback, ExportableState):
                 f"TrainingArguments.eval_strategy is 'no', so there will be no evaluations. Set "
                 f"eval_strategy='steps' (with eval_steps) or 'epoch'."
             )
+        if self.on_detect.rewinds:
+            check_correction(self.on_detect.parsed, self._trainer)
         step = int(state.global_step)
         if step == 0 or (self.remote is not None and not self.history.evals):
             self.history = self._new_history(args.output_dir)  # remote: the service has the history
@@ -190,14 +218,14 @@ class EvalStopCallback(TrainerCallback, ExportableState):
 
     def _resume(self, args: Any, step: int) -> None:
         kept = [ev for ev in self.history.evals if ev.step <= step] or self._saved_evals(args, step)
-        self.history = EvalHistory(self.detector)
+        self.history = EvalHistory(self.detector, policy=self.on_detect)
         for ev in kept:
             self.history.add(ev)
         v = self.verdict
         if not v.stopped:
             return
         if self.after_stop == "restart":
-            self.history = EvalHistory(self.detector)
+            self.history = EvalHistory(self.detector, policy=self.on_detect)
             warnings.warn(f"EvalStopCallback: the rule stopped this run at step {v.stop_step}; "
                           f"after_stop='restart', so it watches the resumed run afresh.", stacklevel=2)
             return
@@ -210,7 +238,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
 
     def _new_history(self, output_dir: str | None) -> EvalHistory | RemoteHistory:
         if self.remote is None:
-            return EvalHistory(self.detector)
+            return EvalHistory(self.detector, policy=self.on_detect)
         # No metric name is sent: the value is the job's watched metric as registered.
         if not output_dir:
             return RemoteHistory(self.remote)
@@ -254,7 +282,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         key = self._key_in(logs)
         if key is not None:
             self._last_stderr = self._stderr_in(logs, key)
-            self._observe(args, state, control, logs[key])
+            self._observe(args, state, control, logs[key], kwargs)
         elif "loss" in logs and _no_eval(args) and self._training and not self.history.evals:
             raise ValueError(
                 f"EvalStopCallback: metric {self.metric!r} is not in the training logs {sorted(logs)}, and "
@@ -273,7 +301,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         self._eval_round = (step, matched or key is not None, [*seen, *sorted(metrics)])
         if key is not None:
             self._last_stderr = self._stderr_in(metrics, key)
-            self._observe(args, state, control, metrics[key])
+            self._observe(args, state, control, metrics[key], kwargs)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._check_round()
@@ -348,7 +376,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         control.should_evaluate = not hint.done and int(state.global_step) >= hint.step
 
     # ---- the decision --------------------------------------------------------------------------
-    def _observe(self, args: Any, state: Any, control: Any, value: Any) -> None:
+    def _observe(self, args: Any, state: Any, control: Any, value: Any, objects: dict[str, Any]) -> None:
         if not self._training:
             return  # evaluate() called outside train(): not part of the run's curve
         step = int(state.global_step)
@@ -361,10 +389,30 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             if args.metric_for_best_model is None:  # else the Trainer tracks the same best itself
                 state.best_global_step = step
                 state.best_metric = self.verdict.best_score
-        if self.history.fired_now:
+        if self.history.fired_now and not self._rewound(args, objects):
             control.should_save = True
             control.should_training_stop = True
         self._write_record(args, state)
+
+    def _rewound(self, args: Any, objects: dict[str, Any]) -> bool:
+        """At a detection: rewind in place if the policy has a rewind left; whether it did."""
+        monitor = getattr(self.history, "monitor", None)
+        if monitor is None or monitor.action != "rewind":
+            return False
+        try:
+            checkpoint = check_checkpoint(args.output_dir, monitor.verdict.best_step)
+            done = rewind_in_place(checkpoint, self.on_detect.parsed, objects.get("model"),
+                                   objects.get("optimizer"), objects.get("lr_scheduler"), self._trainer)
+        except RewindRefused as exc:
+            monitor.stop_instead()
+            warnings.warn(f"{exc} Stopping at the best checkpoint instead.", stacklevel=2)
+            return False
+        rewind = monitor.rewind()
+        self.rewinds.append({**done, "number": rewind.number, "step": rewind.step, "to_step": rewind.to_step,
+                             "correction": rewind.correction, "reason": rewind.reason})
+        warnings.warn(f"EvalStopCallback rewound the run at step {rewind.step} ({rewind.reason}) to "
+                      f"{checkpoint}, correction {rewind.correction}: {done}.", stacklevel=2)
+        return True
 
     def _best_checkpoint(self, args: Any) -> str | None:
         step = self.verdict.best_step
@@ -379,6 +427,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         mine = {"metric": self.metric, "mode": self.mode, **self.history.record()}
         mine["best_checkpoint"] = self._best_checkpoint(args)
         mine["run_id"] = self._run_id
+        mine["rewinds"] = self.rewinds
         others = {k: r for k, r in self._read_record(args).get("metrics", {}).items()
                   if r.get("run_id") == self._run_id}
         metrics = {**others, self.metric: mine}
@@ -411,6 +460,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
                 "remote": remote,
                 "after_stop": self.after_stop,
                 **({"cadence": format_cadence(self.cadence)} if self.cadence is not None else {}),
+                "on_detect": self.on_detect.to_json(),
             },
             "attributes": attributes,
         }
@@ -424,7 +474,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         """Restore from the saved rows (checkpoints without ``monitor_state`` fold them again)."""
         if self.remote is not None:
             return  # the service holds the history
-        self.history = EvalHistory(self.detector)
+        self.history = EvalHistory(self.detector, policy=self.on_detect)
         for ev in evals_from_rows(rows):
             self.history.add(ev)
 

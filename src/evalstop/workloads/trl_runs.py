@@ -24,7 +24,7 @@ CPU runs are single-threaded so that a seed gives the same curve on any machine.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -113,12 +113,16 @@ def fit_proxy(config: TrlConfig, rng: np.random.Generator) -> np.ndarray:
 
 
 def run_grpo(
-    config: TrlConfig, seed: int | np.random.SeedSequence, callbacks: Sequence[Any] = ()
+    config: TrlConfig,
+    seed: int | np.random.SeedSequence,
+    callbacks: Sequence[Any] = (),
+    on_trainer: Callable[[Any], None] | None = None,
 ) -> ToyRun:
     """Train one policy with ``trl.GRPOTrainer``; the record has the ``rl_toy.ToyRun`` shape
     (proxy = mean proxy reward of the large gold sample). Deterministic in ``seed`` on CPU.
     ``callbacks`` (``TrainerCallback``) run after the eval recorder, which they may read
-    (``callback.recorder``, set before training): the testbed's GRPO jobs report each eval."""
+    (``callback.recorder``, set before training): the testbed's GRPO jobs report each eval.
+    ``on_trainer(trainer)`` runs before training (the rewind study binds its callback there)."""
     import torch
 
     ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
@@ -130,7 +134,7 @@ def run_grpo(
     torch.set_num_threads(1)
     try:
         with tempfile.TemporaryDirectory(prefix="evalstop-grpo-") as tmp:
-            return _train(config, rng, torch_seed, eval_seed, Path(tmp), callbacks)
+            return _train(config, rng, torch_seed, eval_seed, Path(tmp), callbacks, on_trainer)
     finally:
         torch.set_num_threads(threads)
 
@@ -146,6 +150,7 @@ def _train(
     eval_seed: int,
     tmp: Path,
     callbacks: Sequence[Any] = (),
+    on_trainer: Callable[[Any], None] | None = None,
 ) -> ToyRun:
     import torch
     from datasets import Dataset
@@ -194,6 +199,8 @@ def _train(
         callbacks=[recorder, *callbacks],
     )
     trainer.remove_callback(PrinterCallback)  # no log dicts on stdout
+    if on_trainer is not None:
+        on_trainer(trainer)
     trainer.train()
     return recorder.run()
 

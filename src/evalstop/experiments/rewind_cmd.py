@@ -1,0 +1,128 @@
+"""``evalstop rewind``: the rewind study on real TRL GRPO training (issue 23).
+
+    evalstop rewind                    # the table, from the shipped runs (no training)
+    evalstop rewind --train --seeds 20 # train every run again (about 20 s of CPU a seed), then the table
+
+Training writes one JSON file per seed into ``--cache`` (a rerun resumes), then the gzipped set
+that ships with the package with ``--write-shipped``. The arms and the measures are in
+``rewind_study``; the training in ``rewind_runs``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from ..workloads import PRESETS
+from .rewind_platform import PostRewind, calibrate, platform_study
+from .rewind_study import SHIPPED, analyse, format_table
+
+DEFAULT_CACHE = Path("results") / "rewind-grpo"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--train", action="store_true",
+                        help="train the runs (else read the shipped ones); needs the 'hf' extra")
+    parser.add_argument("--seeds", type=int, default=20, help="seeds per arm when training (default 20)")
+    parser.add_argument("--seed", type=int, default=0, help="the study seed (default 0)")
+    parser.add_argument("--jobs", type=int, default=1, help="training processes (default 1)")
+    parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE,
+                        help=f"per-seed files (default {DEFAULT_CACHE})")
+    parser.add_argument("--runs", type=Path, default=None, help="read the runs from this .json.gz instead")
+    parser.add_argument("--write-shipped", action="store_true", help="write the trained runs as package data")
+    parser.add_argument("--plot", type=Path, default=None,
+                        help="write the figure (PNG; needs the 'plot' extra)")
+    parser.add_argument("--platform", type=int, default=0, metavar="SEEDS",
+                        help="also simulate a cluster whose tenants rewind instead of stop, over SEEDS "
+                             "seeds (paper preset, 1,000 jobs, 64 GPUs; the post-rewind model calibrated "
+                             "on the runs)")
+    parser.add_argument("--json", action="store_true", help="print the full result as JSON")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    for name in ("seeds", "jobs"):
+        if getattr(args, name) < 1:
+            print(f"evalstop rewind: --{name} must be >= 1. Got {getattr(args, name)}.", file=sys.stderr)
+            return 2
+    if args.train:
+        data = train(args.seed, args.seeds, args.jobs, args.cache)
+        if args.write_shipped:
+            write_runs(data, SHIPPED)
+    else:
+        data = read_runs(args.runs or SHIPPED)
+    result = analyse(data)
+    if args.platform > 0:
+        result["platform"] = platform(result, args.platform)
+    if args.plot is not None:
+        from .rewind_figure import plot
+
+        plot(result, args.plot)
+    text = format_table(result)
+    if "platform" in result:
+        text += "\n\n" + format_platform(result["platform"])
+    print(json.dumps(result, indent=1) if args.json else text)
+    return 0
+
+
+def platform(result: dict[str, Any], seeds: int) -> dict[str, Any]:
+    """The platform study: stop vs rewind with each arm's calibrated post-rewind model, and the
+    model's two extremes (never / always re-hacks) as its sensitivity."""
+    models = {arm: calibrate(result, arm) for arm in result["corrections"]}
+    models["never re-hacks, gain 0"] = PostRewind(rehack=0.0, gain=0.0)
+    models["always re-hacks"] = PostRewind(rehack=1.0, gain=0.0)
+    config = PRESETS["paper"].with_(n_jobs=1000)
+    rows = platform_study(config, seeds, models)
+    return {"seeds": seeds, "config": "paper preset, 1,000 jobs, 64 GPUs, SRTF-Est + the default rule",
+            "models": {name: vars(m) for name, m in models.items()}, "rows": rows}
+
+
+def format_platform(study: dict[str, Any]) -> str:
+    lines = [f"Platform: {study['config']}, {study['seeds']} seeds (means)", "",
+             "| policy | post-rewind model | rewound jobs | JCT mean h | JCT p95 h | GPU-h "
+             "| RLHF quality delivered | RLHF quality per GPU-h | RLHF regret |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for name, row in study["rows"].items():
+        key = name.removeprefix("rewind (").removesuffix(")")
+        model = study["models"].get(key)
+        desc = "—" if model is None else f"re-hack {model['rehack']:.2f}, gain {model['gain']:+.3f}"
+        lines.append(f"| {name} | {desc} | {row['rewound_jobs']:.0f} | {row['jct_mean_h']:.2f} | "
+                     f"{row['jct_p95_h']:.2f} | {row['gpu_hours']:.0f} | {row['rlhf_quality']:.4f} | "
+                     f"{row['rlhf_quality_per_gpu_hour']:.5f} | {row['rlhf_regret']:.4f} |")
+    return "\n".join(lines)
+
+
+def train(study_seed: int, n_seeds: int, jobs: int, cache: Path) -> dict[str, Any]:
+    """Train (or read back from ``cache``) seeds ``0..n_seeds-1``; the runs as one dict."""
+    from .rewind_runs import BASE, CORRECTIONS, run_seed
+
+    cache.mkdir(parents=True, exist_ok=True)
+    todo = [i for i in range(n_seeds) if not _seed_file(cache, study_seed, i).is_file()]
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        for index, result in zip(todo, pool.map(run_seed, [study_seed] * len(todo), todo), strict=True):
+            _seed_file(cache, study_seed, index).write_text(json.dumps(result))
+            print(f"evalstop rewind: seed {index} done", file=sys.stderr)
+    seeds = [json.loads(_seed_file(cache, study_seed, i).read_text()) for i in range(n_seeds)]
+    return {"study_seed": study_seed, "base": BASE, "corrections": CORRECTIONS, "seeds": seeds,
+            "command": f"evalstop rewind --train --seeds {n_seeds} --seed {study_seed}"}
+
+
+def _seed_file(cache: Path, study_seed: int, index: int) -> Path:
+    return cache / f"seed-{study_seed}-{index:03d}.json"
+
+
+def write_runs(data: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        json.dump(data, f)
+
+
+def read_runs(path: Path) -> dict[str, Any]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        data: dict[str, Any] = json.load(f)
+    return data
