@@ -16,10 +16,10 @@ import pytest
 
 pytest.importorskip("ray", reason="needs the ray extra: pip install -e '.[ray]'")
 
-from ray_head import RayHead, start_head, stop_head
-
 from evalstop.service.adapters import AdapterError, JobRef, NotOwned, get_adapter
 from evalstop.service.adapters._common import PIN_MARKER
+from evalstop.testbed.cluster import Proc, stop
+from evalstop.testbed.ray_head import start_ray
 from evalstop.testing.adapter_contract import check_stop_sequence, check_unknown_job, wait_stopped
 
 pytestmark = pytest.mark.slow
@@ -37,25 +37,26 @@ time.sleep(600)
 
 
 @pytest.fixture(scope="module")
-def head() -> Iterator[RayHead]:
+def head() -> Iterator[Proc]:
     # A private short dir, not pytest's tmp: Ray's socket paths have a length limit.
     root = Path(tempfile.mkdtemp(prefix="evs-ray-"))
-    head = start_head(root)
+    head = start_ray(root, 2)  # returns once a job has run on it
     try:
         yield head
     finally:
-        stop_head(head)
+        stop(head)
         shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
-def client(head: RayHead) -> Any:
+def client(head: Proc) -> Any:
     from ray.job_submission import JobSubmissionClient
 
     # RAY_ADDRESS / RAY_API_SERVER_ADDRESS would override the address we pass: hide them here.
     saved = {k: os.environ.pop(k) for k in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS") if k in os.environ}
     try:
-        return JobSubmissionClient(head.dashboard_url, headers={"Authorization": f"Bearer {head.token}"})
+        auth = {"Authorization": f"Bearer {head.info['token']}"}
+        return JobSubmissionClient(head.info["address"], headers=auth)
     finally:
         os.environ.update(saved)
 
@@ -71,11 +72,11 @@ def submit(client: Any, tmp_path: Path, mode: str, **kwargs: Any) -> str:
     return sid
 
 
-def adapter_for(head: RayHead, **extra: Any) -> Any:
-    return get_adapter("ray", {"address": head.dashboard_url, "token": head.token, **extra})
+def adapter_for(head: Proc, **extra: Any) -> Any:
+    return get_adapter("ray", {"address": head.info["address"], "token": head.info["token"], **extra})
 
 
-def test_stop_sequence_pins_then_stops_gracefully(head: RayHead, client: Any, tmp_path: Path) -> None:
+def test_stop_sequence_pins_then_stops_gracefully(head: Proc, client: Any, tmp_path: Path) -> None:
     sid = submit(client, tmp_path, "graceful")
     ckpt = tmp_path / "checkpoint-400"
     ckpt.mkdir()
@@ -91,7 +92,7 @@ def test_stop_sequence_pins_then_stops_gracefully(head: RayHead, client: Any, tm
     assert (tmp_path / "got-sigterm").read_text() == "bye"  # SIGTERM reached the trainer
 
 
-def test_job_ignoring_sigterm_is_killed(head: RayHead, client: Any, tmp_path: Path) -> None:
+def test_job_ignoring_sigterm_is_killed(head: Proc, client: Any, tmp_path: Path) -> None:
     sid = submit(client, tmp_path, "stubborn")
     job = JobRef("job-2", "acme", sid)
     adapter = adapter_for(head)
@@ -102,11 +103,11 @@ def test_job_ignoring_sigterm_is_killed(head: RayHead, client: Any, tmp_path: Pa
     assert client.get_job_status(sid).value == "STOPPED"
 
 
-def test_unknown_submission_counts_as_stopped(head: RayHead) -> None:
+def test_unknown_submission_counts_as_stopped(head: Proc) -> None:
     check_unknown_job(adapter_for(head), JobRef("job-3", "acme", "raysubmit_doesnotexist"))
 
 
-def test_wrong_token_is_a_permanent_error(head: RayHead) -> None:
+def test_wrong_token_is_a_permanent_error(head: Proc) -> None:
     with pytest.raises(AdapterError, match="ray status of job job-4") as err:
         adapter_for(head, token="not-the-token").is_stopped(JobRef("job-4", "acme", "raysubmit_x"))
     assert err.value.retryable is False
@@ -119,7 +120,7 @@ def test_unreachable_dashboard_is_retryable() -> None:
     assert err.value.retryable is True
 
 
-def test_ownership_is_checked_with_ray_metadata(head: RayHead, client: Any, tmp_path: Path) -> None:
+def test_ownership_is_checked_with_ray_metadata(head: Proc, client: Any, tmp_path: Path) -> None:
     """Ray reports the metadata the job was submitted with: a tenant whose scope names other
     metadata (or another id prefix) is refused before any stop is sent."""
     sid = submit(client, tmp_path, "graceful", metadata={"team": "alice"})
