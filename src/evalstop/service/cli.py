@@ -1,7 +1,8 @@
 """``evalstop serve``: run the HTTP API and the outbox worker in one process.
 
 The admin token is read from ``EVALSTOP_ADMIN_TOKEN`` only (a command-line flag would show in
-``ps``); every other setting may also come from ``EVALSTOP_*`` variables.
+``ps``); every other setting may also come from ``EVALSTOP_*`` variables. A bad option or setting
+is one line naming it, and exit code 2.
 """
 
 from __future__ import annotations
@@ -12,26 +13,59 @@ import logging
 import sys
 from typing import Any
 
+EPILOG = """settings from the environment (docs/service.md, "Configuration"):
+  EVALSTOP_ADMIN_TOKEN      operator token (create tenants); unset: operator routes disabled
+  EVALSTOP_ADAPTER_SETTINGS JSON, per stop target, e.g. '{"ray": {"address": "http://HOST:8265"}}'
+                            (a target without its settings answers 422 on job registration)
+  EVALSTOP_<SETTING>        any other setting of docs/service.md, e.g. EVALSTOP_MAX_BATCH=500"""
+
+
+def port_number(text: str) -> int:
+    """An argparse type: a TCP port, 1-65535 (uvicorn would bind another and log this one)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a port number 1-65535. Got {text!r} instead.") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number 1-65535. Got {port} instead.")
+    return port
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--database-url", help="sqlite:///PATH (default sqlite:///evalstop.db) or "
                         "postgresql://USER@HOST/DB; default from EVALSTOP_DATABASE_URL")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+    parser.add_argument("--port", type=port_number, default=8000, help="TCP port (default: %(default)s)")
     parser.add_argument("--no-worker", action="store_true", help="serve the API only; deliver no stops")
     parser.add_argument("--access-log", action="store_true", help="log every request (off by default)")
     parser.add_argument("--pull-config", metavar="PATH",
                         help="TOML file of pollers (MLflow, TensorBoard, trainer_state) run in the service")
-    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
+                        help="the service's and uvicorn's log level (default: %(default)s); the database "
+                        "migrations log at debug only")
     parser.set_defaults(run=run)
+
+
+def _one_line(exc: Any) -> str:
+    """A pydantic ValidationError as one line: each bad setting (as its option, where it has one)."""
+    parts = []
+    for err in exc.errors():
+        name = ".".join(str(p) for p in err["loc"]) or "settings"
+        option = "--database-url" if name == "database_url" else f"EVALSTOP_{name.upper()}"
+        parts.append(f"{option}: {err['msg'].removeprefix('Value error, ')}")
+    return "; ".join(parts)
 
 
 def run(args: argparse.Namespace) -> int:
     import uvicorn
+    from pydantic import ValidationError
+    from sqlalchemy.exc import SQLAlchemyError
 
     from .app import create_app
     from .pulling import PullConfigError
-    from .settings import ServiceSettings
+    from .settings import ServiceSettings, redact_url
 
     overrides: dict[str, Any] = {}
     if args.database_url:
@@ -40,9 +74,15 @@ def run(args: argparse.Namespace) -> int:
         overrides["run_worker"] = False
     if args.pull_config:
         overrides["pull_config"] = args.pull_config
-    settings = ServiceSettings(**overrides)
+    try:
+        settings = ServiceSettings(**overrides)
+    except ValidationError as exc:
+        print(f"evalstop serve: {_one_line(exc)}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.log_level != "debug":  # alembic's ~9 INFO lines per start say nothing an operator needs
+        logging.getLogger("alembic").setLevel(logging.WARNING)
     if settings.admin_token is None:
         logging.getLogger("evalstop.service").warning(
             "EVALSTOP_ADMIN_TOKEN is not set: operator routes (create tenants) are disabled")
@@ -50,6 +90,11 @@ def run(args: argparse.Namespace) -> int:
         app = create_app(settings)
     except PullConfigError as exc:
         print(f"evalstop serve: {exc}", file=sys.stderr)
+        return 2
+    except SQLAlchemyError as exc:  # the URL was well formed, the database would not open
+        cause = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+        print(f"evalstop serve: cannot open the database {redact_url(settings.database_url)!r}: {cause}",
+              file=sys.stderr)
         return 2
     # The app's ~80k long-lived objects (FastAPI, pydantic, SQLAlchemy) made every full garbage
     # collection a ~25 ms pause in the middle of requests (the p99/max latency of the load
