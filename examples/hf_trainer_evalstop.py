@@ -91,7 +91,7 @@ def main() -> None:
     # the best checkpoint then warns "missing keys ['lm_head.weight']" although nothing is missing.
     model = GPT2LMHeadModel(GPT2Config(
         vocab_size=VOCAB, n_positions=SEQ, n_embd=32, n_layer=1, n_head=2, bos_token_id=0, eos_token_id=0,
-        tie_word_embeddings=False, loss_type="ForCausalLM",
+        tie_word_embeddings=False,
     ))
     args = TrainingArguments(
         output_dir=out, max_steps=max_steps, per_device_train_batch_size=batch, learning_rate=5e-3,
