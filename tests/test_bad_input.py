@@ -150,8 +150,8 @@ def _run_or_exit(argv: list[str]) -> tuple[int, str]:
     (["--workers", "0"], "argument --workers: must be an int >= 1. Got 0 instead."),
     (["--workers", "-2"], "argument --workers: must be an int >= 1. Got -2 instead."),
     (["--quick", "--ray-address", "127.0.0.1:1"],
-     "evalstop reproduce: --ray-address only apply to --all/--study"),
-    (["--quick", "--no-report"], "--no-report only apply to --all/--study"),
+     "evalstop reproduce: --ray-address: for --all/--study only"),
+    (["--quick", "--no-report"], "--no-report: for --all/--study only"),
     (["--study", "noise", "--preset", "realistic"], "--preset chooses the headline's workload"),
     (["--study", "k", "--out", "/proc/x"], "evalstop reproduce: cannot write results to /proc/x"),
 ])

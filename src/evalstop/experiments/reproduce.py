@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     given = [name for name, unset in STUDY_ONLY.items() if getattr(args, name) != unset]
     if given:
         flags = ", ".join("--" + name.replace("_", "-") for name in given)
-        print(f"evalstop reproduce: {flags} only apply to --all/--study; the headline runs in local "
+        print(f"evalstop reproduce: {flags}: for --all/--study only; the headline runs in local "
               "processes and prints its result (--json for all of it)", file=sys.stderr)
         return 2
     seeds = 30 if args.seeds is None else args.seeds
