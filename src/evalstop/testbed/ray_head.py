@@ -10,8 +10,11 @@ module, the head's job agent, the raylet and a worker all answered. "Ray runtime
 and a test that starts on them fails on a loaded machine (issue 19). Two more guards for a loaded
 machine: the dashboard's own limit for its job module to start (30 s in Ray 2.60, after which
 that module stays dead while ``ray start`` keeps running) is raised, and a head whose start-up
-failed for good (``ray start`` exited, or its dashboard gave a module up) is replaced by a fresh
-one on fresh ports, once. The ceiling is only a guard against a hang: nothing waits on it.
+failed for good is replaced by a fresh one on fresh ports, up to ``attempts`` heads in all.
+Failed for good: ``ray start`` exited (Ray 2.60 gives its raylet a fixed 30 s to register, which
+no setting changes; at load 40 on 2 cores it took longer, "The current node timed out during
+startup"), or the dashboard gave a module up. The ceiling is only a guard against a hang:
+nothing waits on it.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ class HeadBroken(RuntimeError):
     """This head's start-up failed for good (a fresh head may still start)."""
 
 
-def start_ray(root: Path, slots: int, *, attempts: int = 2, ceiling_s: float = 900.0) -> Proc:
+def start_ray(root: Path, slots: int, *, attempts: int = 3, ceiling_s: float = 900.0) -> Proc:
     """A Ray head with ``slots`` CPUs and ``slots`` of the custom resource ``slot``, ready (a job
     ran on it). ``info``: ``address`` (the Jobs API), ``gcs`` (for ``ray.init``), ``token``,
     ``slots``, ``env`` (JSON: the environment a client of this head needs)."""
