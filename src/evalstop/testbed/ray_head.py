@@ -41,13 +41,15 @@ class HeadBroken(RuntimeError):
     """This head's start-up failed for good (a fresh head may still start)."""
 
 
-def start_ray(root: Path, slots: int, *, attempts: int = 3, ceiling_s: float = 900.0) -> Proc:
+def start_ray(root: Path, slots: int, *, token_auth: bool = True, attempts: int = 3,
+              ceiling_s: float = 900.0) -> Proc:
     """A Ray head with ``slots`` CPUs and ``slots`` of the custom resource ``slot``, ready (a job
-    ran on it). ``info``: ``address`` (the Jobs API), ``gcs`` (for ``ray.init``), ``token``,
+    ran on it). ``info``: ``address`` (the Jobs API), ``gcs`` (for ``ray.init``), ``token`` (empty
+    without ``token_auth``: a driver in a process that imported ray first cannot switch it on),
     ``slots``, ``env`` (JSON: the environment a client of this head needs)."""
     failures = []
     for attempt in range(1, attempts + 1):
-        head = _launch(root / f"h{attempt}", slots)
+        head = _launch(root / f"h{attempt}", slots, token_auth)
         try:
             _wait_ready(head, ceiling_s)
             return head
@@ -67,13 +69,16 @@ def _without_address(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k not in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS")}
 
 
-def _launch(root: Path, slots: int) -> Proc:
+def _launch(root: Path, slots: int, token_auth: bool) -> Proc:
     (root / "home").mkdir(parents=True, exist_ok=True)
     temp_dir = root / "ray"  # short: Ray's unix socket paths have a length limit
-    token = secrets.token_hex(16)
-    own = {"HOME": str(root / "home"), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token,
-           "RAY_JOB_STOP_WAIT_TIME_S": "1", "RAY_USAGE_STATS_ENABLED": "0",
-           "RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT": MODULE_START_S}
+    token = secrets.token_hex(16) if token_auth else ""
+    # no prestarted workers: two fewer Python start-ups inside Ray's 30 s for the raylet to register
+    own = {"HOME": str(root / "home"), "RAY_JOB_STOP_WAIT_TIME_S": "1", "RAY_USAGE_STATS_ENABLED": "0",
+           "RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT": MODULE_START_S,
+           "RAY_enable_worker_prestart": "0"}
+    if token_auth:
+        own |= {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
     env = _without_address({**os.environ, **own})
     gcs, dash, nm, om, client, agent, agent_grpc, metrics, rt_env, workers = ray_ports()
     ray = Path(sys.executable).with_name("ray")
