@@ -87,8 +87,11 @@ def main() -> None:
     ramp, every = (30 if opts.quick else 60), (5 if opts.quick else 10)
 
     torch.manual_seed(0)
+    # Untied output layer: a tied one is not written to the checkpoint, and the Trainer's reload of
+    # the best checkpoint then warns "missing keys ['lm_head.weight']" although nothing is missing.
     model = GPT2LMHeadModel(GPT2Config(
-        vocab_size=VOCAB, n_positions=SEQ, n_embd=32, n_layer=1, n_head=2, bos_token_id=0, eos_token_id=0
+        vocab_size=VOCAB, n_positions=SEQ, n_embd=32, n_layer=1, n_head=2, bos_token_id=0, eos_token_id=0,
+        tie_word_embeddings=False,
     ))
     args = TrainingArguments(
         output_dir=out, max_steps=max_steps, per_device_train_batch_size=batch, learning_rate=5e-3,

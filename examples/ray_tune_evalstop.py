@@ -51,13 +51,19 @@ def main() -> None:
     parser.add_argument("--out", default=os.environ.get("EVALSTOP_EXAMPLE_OUT"), help="output directory")
     parser.add_argument("--how", choices=("stopper", "fifo", "asha"), default="asha")
     parser.add_argument("--detector", default="evalstop:k=2")
+    parser.add_argument("--ray-address", help="an existing Ray cluster, HOST:PORT of its GCS (default: "
+                        "start a local Ray for this run)")
     opts = parser.parse_args()
     out = Path(opts.out or tempfile.mkdtemp(prefix="evalstop-tune-")).resolve()
     iterations = 15 if opts.quick else 30
     lrs = [0.1, 0.4, 0.8] if opts.quick else [0.05, 0.1, 0.2, 0.4, 0.8]
 
-    ray_temp = tempfile.mkdtemp(prefix="esray", dir="/tmp")  # short: Ray's socket paths have a limit
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=ray_temp)
+    ray_temp = None if opts.ray_address else tempfile.mkdtemp(prefix="esray", dir="/tmp")  # short path
+    if opts.ray_address:
+        ray.init(address=opts.ray_address, log_to_driver=False)
+    else:
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 _temp_dir=ray_temp)
     stop, scheduler = None, None
     if opts.how == "stopper":
         stop = EvalStopStopper("gold", "max", opts.detector)
@@ -88,7 +94,8 @@ def main() -> None:
         print(f"lr={rows[-1]['lr']}: ran {rows[-1]['iterations_run']} iterations, {verdict.reason}; "
               f"best iteration {verdict.best_step}, kept checkpoint gold={policy['gold']:.3f}")
     ray.shutdown()
-    shutil.rmtree(ray_temp, ignore_errors=True)
+    if ray_temp is not None:  # the local Ray this run started (its socket paths need a short dir)
+        shutil.rmtree(ray_temp, ignore_errors=True)
     print(json.dumps(rows))
 
 

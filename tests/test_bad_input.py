@@ -40,6 +40,8 @@ CASES = [
      1, r"line 2, job 'a': score must be a number, got 'high'"),
     ("replay step not an integer", "c.csv", "job_id,step,score\na,1.5,0.5\n", [],
      1, r"line 2, job 'a': step must be an integer, got '1.5'"),
+    ("replay paired needs items", "c.csv", "job_id,step,score\na,1,0.5\n", ["--detector", "paired"],
+     1, r"'paired' rule needs a 'items' column.*--detector"),
     ("replay unknown rule", "c.csv", "job_id,step,score\na,1,0.5\n", ["--detector", "cusm"],
      2, r"cusm"),
     # -- simulate -----------------------------------------------------------------------
@@ -125,11 +127,94 @@ def test_simulate_accepts_oracle_and_all(tmp_path: Path) -> None:
 def test_reproduce_and_validate_bad_options(tmp_path: Path) -> None:
     code, err = _run(["reproduce", "--study", "noize"])
     assert code == 2 and "unknown study ['noize']" in err and "'noise'" in err
-    code, err = _run(["reproduce", "--seeds", "1"])
-    assert code == 2 and "--seeds must be >= 2" in err
+    code, err = _run_or_exit(["reproduce", "--seeds", "1"])
+    assert code == 2 and "evalstop reproduce: error: argument --seeds: must be an int >= 2" in err
     (tmp_path / "empty").mkdir()
     code, err = _run(["validate", "--supervised", str(tmp_path / "empty"), "--runs-per-family", "1"])
     assert code == 2 and "--supervised: no curve" in err and "--supervised none" in err
+
+
+def _run_or_exit(argv: list[str]) -> tuple[int, str]:
+    """``_run``, where argparse's own refusal (SystemExit 2) counts as the exit code; the last line."""
+    err = io.StringIO()
+    with redirect_stderr(err), redirect_stdout(io.StringIO()):
+        try:
+            code = cli.main(argv)
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+    return code, err.getvalue()
+
+
+# -- issue 19: the newcomer's edges, each refused in one line (or warned about) ----------------------
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--workers", "0"], "argument --workers: must be an int >= 1. Got 0 instead."),
+    (["--workers", "-2"], "argument --workers: must be an int >= 1. Got -2 instead."),
+    (["--quick", "--ray-address", "127.0.0.1:1"],
+     "evalstop reproduce: --ray-address: for --all/--study only"),
+    (["--quick", "--no-report"], "--no-report: for --all/--study only"),
+    (["--study", "noise", "--preset", "realistic"], "--preset chooses the headline's workload"),
+    (["--study", "k", "--out", "/proc/x"], "evalstop reproduce: cannot write results to /proc/x"),
+])
+def test_reproduce_options_it_would_ignore_are_refused(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str],
+) -> None:
+    try:
+        code = cli.main(["reproduce", *argv])
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert message in err[-1] and "Traceback" not in "".join(err)
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ('{"studies": {', "results.json is not valid JSON"),
+    ("{}", "results.json lacks 'studies', 'claims', 'tasks'"),
+    ("[]", "holds a list, not the object"),
+])
+def test_report_of_a_broken_results_file_is_one_line(tmp_path: Path, content: str, message: str) -> None:
+    (tmp_path / "results.json").write_text(content)
+    code, err = _run(["report", str(tmp_path)])
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert message in err and "evalstop reproduce --all --out" in err
+
+
+def test_replay_says_why_a_job_was_not_stopped(tmp_path: Path) -> None:
+    path = tmp_path / "c.csv"
+    path.write_text("job_id,step,score\n" + "".join(f"a,{i},{v}\n" for i, v in
+                                                   enumerate([0.50, 0.61, 0.58, 0.55, 0.52, 0.48], 1)))
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert cli.main(["replay", str(path)]) == 0
+    header, row = out.getvalue().splitlines()
+    assert header.endswith(",reason") and row == "a,false,,2,0.61,CUSUM 2.87 <= threshold=3.0"
+
+
+@pytest.mark.parametrize(("content", "warning"), [
+    ("job_id,step,score\n", "has no rows after the header; nothing replayed"),
+    ("job_id,step,score\na,1,nan\na,2,0.5\nb,1,\n",
+     "2 NaN, inf or missing score(s) in 2 job(s) (first: 'a')"),
+])
+def test_replay_warns_instead_of_passing_in_silence(tmp_path: Path, content: str, warning: str) -> None:
+    path = tmp_path / "c.csv"
+    path.write_text(content)
+    code, err = _run(["replay", str(path)])
+    assert code == 0 and warning in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_messages_agree(capsys: pytest.CaptureFixture[str]) -> None:
+    from evalstop.experiments.legend import COLUMNS
+    from evalstop.experiments.simulate_cmd import metrics_table_from_rows
+
+    with pytest.raises(SystemExit):
+        cli.main(["reproduce", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "under a minute" not in text and "a few seconds" in text
+    row = {"policy": "p", "seed": 1, "precision": 1.0, "recall": 1.0, "fpr": 0.0, "jct_mean_s": 3600.0,
+           "jct_p99_s": 7200.0, "wasted_gpu_hours": 1.0, "utilisation": 0.5}
+    table = metrics_table_from_rows([row])
+    assert "JCT mean h" in table and "JCT p99 h" in table and "p95" not in table.split("Columns:")[0]
+    assert "95th and 99th" not in COLUMNS["JCT"]  # the legend promises no column a table lacks
 
 
 def _python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -138,8 +223,8 @@ def _python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize(("blocked", "argv", "extra"), [
-    ("uvicorn", ["serve", "--port", "0"], "service"),
-    ("fastapi", ["serve", "--port", "0"], "service"),
+    ("uvicorn", ["serve", "--port", "8000"], "service"),
+    ("fastapi", ["serve", "--port", "8000"], "service"),
 ])
 def test_a_missing_extra_is_one_line_naming_the_install_command(
     blocked: str, argv: list[str], extra: str,

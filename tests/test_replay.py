@@ -26,9 +26,9 @@ a,40,0.1
 a,50,0.05
 """
 
-EXPECTED = """job_id,stopped,stop_step,best_step,best_score
-a,true,40,20,0.3
-b,false,,30,0.7
+EXPECTED = """job_id,stopped,stop_step,best_step,best_score,reason
+a,true,40,20,0.3,2 consecutive declines vs previous (min_delta=0.0)
+b,false,,30,0.7,0 consecutive declines < k=2
 """
 
 
@@ -59,8 +59,10 @@ def test_replay_rows_one_result_per_job_in_first_appearance_order() -> None:
         {"job_id": "z", "step": "3", "score": "0.3"},
     )
     assert replay_rows(data, KDeclines()) == [
-        {"job_id": "z", "stopped": True, "stop_step": 3, "best_step": 1, "best_score": 0.5},
-        {"job_id": "a", "stopped": False, "stop_step": None, "best_step": 1, "best_score": 0.9},
+        {"job_id": "z", "stopped": True, "stop_step": 3, "best_step": 1, "best_score": 0.5,
+         "reason": "2 consecutive declines vs previous (min_delta=0.0)", "n_invalid": 0},
+        {"job_id": "a", "stopped": False, "stop_step": None, "best_step": 1, "best_score": 0.9,
+         "reason": "0 consecutive declines < k=2", "n_invalid": 0},
     ]
 
 
@@ -84,6 +86,8 @@ def test_all_scores_missing_gives_no_best() -> None:
         "stop_step": None,
         "best_step": None,
         "best_score": None,
+        "reason": "0 consecutive declines < k=2",
+        "n_invalid": 1,
     }
 
 
@@ -167,7 +171,9 @@ def test_run_writes_csv_to_out(tmp_path: Path) -> None:
     assert replay.run(args) == 0
     assert (
         out.read_text()
-        == "job_id,stopped,stop_step,best_step,best_score\na,true,50,20,0.3\nb,false,,30,0.7\n"
+        == "job_id,stopped,stop_step,best_step,best_score,reason\n"
+        "a,true,50,20,0.3,3 consecutive declines vs previous (min_delta=0.0)\n"
+        "b,false,,30,0.7,0 consecutive declines < k=3\n"
     )
 
 
@@ -213,14 +219,16 @@ def test_header_only_file_gives_header_only_output(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert replay.run(parse([str(write(tmp_path, "job_id,step,score\n"))])) == 0
-    assert capsys.readouterr().out == "job_id,stopped,stop_step,best_step,best_score\n"
+    out, err = capsys.readouterr()
+    assert out == "job_id,stopped,stop_step,best_step,best_score,reason\n"
+    assert "has no rows after the header; nothing replayed" in err  # said, not silent
 
 
 def test_best_score_is_written_at_full_precision(tmp_path: Path) -> None:
     out = tmp_path / "o.csv"
     replay.run(parse([str(write(tmp_path, "job_id,step,score\nj,1,0.123456789012345\n")), "--out", str(out)]))
-    assert out.read_text().splitlines()[1] == "j,false,,1,0.123456789012345"
-    assert math.isclose(float(out.read_text().splitlines()[1].split(",")[-1]), 0.123456789012345)
+    assert out.read_text().splitlines()[1] == "j,false,,1,0.123456789012345,CUSUM 0 <= threshold=3.0"
+    assert math.isclose(float(out.read_text().splitlines()[1].split(",")[4]), 0.123456789012345)
 
 
 class FakeTTY(io.StringIO):

@@ -134,7 +134,8 @@ def test_existing_cluster_and_multi_slot_jobs(
     import httpx
 
     from evalstop.cli import main
-    from evalstop.testbed.cluster import start_ray, stop
+    from evalstop.testbed.cluster import stop
+    from evalstop.testbed.ray_head import start_ray
     from evalstop.testbed.run import fit_model
     from evalstop.testbed.simcheck import StartupModel, predict
     from evalstop.testbed.summary import labels_from

@@ -7,8 +7,11 @@ a row with items becomes an ``ItemEval``, read by ``paired`` (and ``noise-aware:
 while every other rule sees only the score. Rows of one job are in step order (jobs may
 interleave). An empty cell is a missing value: a missing score is read as NaN (the detector
 skips it), a missing progress or loss as None, missing items as none. ``nan``/``inf`` are
-allowed wherever a number is. Output CSV: ``job_id,stopped,stop_step,best_step,best_score``,
-one row per job in order of first appearance.
+allowed wherever a number is; a NaN, inf or missing score is skipped by every rule, and the
+command says on stderr how many there were. Output CSV:
+``job_id,stopped,stop_step,best_step,best_score,reason``, one row per job in order of first
+appearance; ``reason`` is the rule's own account (why it stopped, or where it stands, e.g.
+``CUSUM 2.87 <= threshold=3.0``).
 
 ``--cadence every:N|adaptive[:params]`` reads the file as dense (every eval the job could have
 run) and feeds each job's rule only the rows its cadence policy asks for (``Monitor.next_eval``,
@@ -17,8 +20,10 @@ every row is fed, as before.
 
 Refused, with the line and job named: a row with fewer or more fields than the header (a
 truncated file), a step seen twice for one job (the service answers 409 to the same), a step
-that goes backwards, and a rule that needs a column the file lacks (``fixed-progress`` needs
-``progress``; ``loss-plateau`` and ``slaq`` need ``loss``). A UTF-8 byte-order mark is skipped.
+that goes backwards, and a rule that needs a column the file
+lacks (``fixed-progress`` needs ``progress``; ``loss-plateau`` and ``slaq`` need ``loss``;
+``paired`` needs ``items``). A UTF-8 byte-order mark is skipped. A header with no rows gives a
+header with no rows, and a warning.
 
 Each job's rows are folded into its own ``Monitor`` as they are read, so memory grows with the
 number of jobs, not of rows, and every row costs O(1).
@@ -46,12 +51,12 @@ from .detectors import (
 )
 
 REQUIRED_COLUMNS = ("job_id", "step", "score")
-OUTPUT_COLUMNS = ("job_id", "stopped", "stop_step", "best_step", "best_score")
+OUTPUT_COLUMNS = ("job_id", "stopped", "stop_step", "best_step", "best_score", "reason")
 #: The extra output column with ``--cadence``.
 CADENCE_COLUMN = "evals_used"
 PROGRESS_MIN_JOBS = 500
 #: rule name -> the optional column it cannot work without.
-NEEDED_COLUMN = {"fixed-progress": "progress", "loss-plateau": "loss", "slaq": "loss"}
+NEEDED_COLUMN = {"fixed-progress": "progress", "loss-plateau": "loss", "slaq": "loss", "paired": "items"}
 
 Row = Mapping[str, str | None]
 
@@ -159,9 +164,9 @@ def replay_rows(
 ) -> list[dict[str, Any]]:
     """Replay CSV-style rows through ``detector``; one result dict per job.
 
-    Each dict has the keys of ``OUTPUT_COLUMNS``: ``stopped`` is a bool, the others an int,
-    float or None; with ``cadence``, also ``evals_used``. ``on_job(done, total)`` is called
-    after each job (for progress display).
+    Each dict has the keys of ``OUTPUT_COLUMNS`` and ``n_invalid`` (the scores the rule skipped):
+    ``stopped`` is a bool, ``reason`` a str, the others an int, float or None; with ``cadence``,
+    also ``evals_used``. ``on_job(done, total)`` is called after each job (for progress display).
     """
     monitors: dict[str, Monitor] = {}
     # job -> [rows seen, row index of the next eval the policy asks for] (cadence only)
@@ -188,6 +193,8 @@ def replay_rows(
             "stop_step": verdict.stop_step,
             "best_step": verdict.best_step,
             "best_score": verdict.best_score,
+            "reason": verdict.reason,
+            "n_invalid": verdict.n_invalid,
         }
         if cadence is not None:
             result[CADENCE_COLUMN] = monitor.n_evals
@@ -220,6 +227,14 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, CurvesError) as exc:
         print(f"evalstop replay: error: {args.curves}: {exc}", file=sys.stderr)
         return 1
+    if not results:  # a header and no rows: the output is a header too (a pipeline may run empty)
+        print(f"evalstop replay: warning: {args.curves} has no rows after the header; nothing replayed",
+              file=sys.stderr)
+    skipped = [r for r in results if r["n_invalid"]]
+    if skipped:
+        print(f"evalstop replay: warning: {sum(r['n_invalid'] for r in skipped)} NaN, inf or missing "
+              f"score(s) in {len(skipped)} job(s) (first: {skipped[0]['job_id']!r}); the rule skipped them",
+              file=sys.stderr)
     if args.out in (None, "-"):
         write_results(results, sys.stdout, cadence is not None)
         return 0

@@ -124,7 +124,9 @@ def test_nan_scores_never_stop(tmp_path: Path) -> None:
     scores = [0.2, 0.4, math.nan, math.nan, math.nan, 0.5, 0.6, 0.7]
     callback = EvalStopCallback("eval_gold", KDeclines(k=1))
     trainer = make_trainer(tmp_path, scores, callback, max_steps=16, save_strategy="no")
-    trainer.train()
+    with pytest.warns(UserWarning, match=r"metric 'eval_gold' is nan at step 6; the rule skips it") as seen:
+        trainer.train()  # issue 19: said, as the Optuna pruner says it, once per skipped eval
+    assert len([w for w in seen if "the rule skips it" in str(w.message)]) == 3
     assert trainer.state.global_step == 16
     assert not callback.verdict.stopped and callback.verdict.n_invalid == 3
     assert callback.verdict.best_step == 16
@@ -276,8 +278,10 @@ def test_no_evaluations_fails_at_train_begin(tmp_path: Path) -> None:
 
 def test_a_metric_never_logged_fails_at_the_first_round(tmp_path: Path) -> None:
     trainer = make_trainer(tmp_path, RISE_THEN_FALL, EvalStopCallback("eval_glod"))
-    with pytest.raises(ValueError, match=r"'eval_glod'.*not among the evaluation metrics at step 2: .*gold"):
+    wrong = r"'eval_glod'.*not among the evaluation metrics at step 2: .*gold"
+    with pytest.raises(ValueError, match=wrong) as exc:
         trainer.train()
+    assert "(or 'eval_glod')" not in str(exc.value)  # issue 19: the name once, not "'x' (or 'x')"
     assert trainer.state.global_step == 3
     trainer = make_trainer(tmp_path, RISE_THEN_FALL, EvalStopCallback("gold"), eval_strategy="no")
     with pytest.raises(ValueError, match=r"'gold' is not in the training logs .*eval_strategy is 'no'"):

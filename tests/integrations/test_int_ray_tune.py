@@ -22,6 +22,8 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler  # 
 from evalstop.detectors import Eval, KDeclines  # noqa: E402
 from evalstop.integrations import EvalStopScheduler, EvalStopStopper  # noqa: E402
 from evalstop.integrations.ray_tune import best_checkpoint_config  # noqa: E402
+from evalstop.testbed.cluster import Proc, stop  # noqa: E402
+from evalstop.testbed.ray_head import head_env, start_ray  # noqa: E402
 
 N_ITERS = 12
 
@@ -41,17 +43,28 @@ def trainable(config: dict[str, Any]) -> None:
 
 
 @pytest.fixture(scope="module")
-def local_ray() -> Iterator[None]:
-    temp = tempfile.mkdtemp(prefix="esray", dir="/tmp")
+def ray_head() -> Iterator[Proc]:
+    """The tests' one Ray head (evalstop.testbed.ray_head): ready once a job has run on it, on a
+    loaded machine too (issue 19: ``ray.init(address="local")`` gave up there)."""
+    root = Path(tempfile.mkdtemp(prefix="evs-tu-"))  # short: Ray's socket paths have a length limit
+    head = start_ray(root, 2, token_auth=False)  # this process is the driver, and imported ray first
+    try:
+        yield head
+    finally:
+        stop(head)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def local_ray(ray_head: Proc) -> Iterator[None]:
     # Ray workers cannot import this test module by name: ship its functions by value.
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     if ray.is_initialized():  # another test module left one running: use it
         yield
         return
-    ray.init(address="local", num_cpus=2, include_dashboard=False, _temp_dir=temp, log_to_driver=False)
+    ray.init(address=ray_head.info["gcs"], log_to_driver=False)
     yield
     ray.shutdown()
-    shutil.rmtree(temp, ignore_errors=True)
 
 
 def expected(peak: int) -> Any:
@@ -180,11 +193,12 @@ def test_bad_configuration() -> None:
 
 
 @pytest.mark.slow
-def test_ray_tune_example_keeps_each_trials_best_checkpoint(tmp_path: Path) -> None:
+def test_ray_tune_example_keeps_each_trials_best_checkpoint(ray_head: Proc, tmp_path: Path) -> None:
     example = Path(__file__).resolve().parents[2] / "examples" / "ray_tune_evalstop.py"
     proc = subprocess.run(
-        [sys.executable, str(example), "--quick", "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=600,
+        [sys.executable, str(example), "--quick", "--out", str(tmp_path),
+         "--ray-address", ray_head.info["gcs"]],
+        capture_output=True, text=True, timeout=600, env=head_env(ray_head),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -4,10 +4,19 @@ service keeps serving."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 
-from ._support import ADMIN, Api
+from evalstop.service.app import create_app
+
+from ._support import ADMIN, Api, free_port, make_settings
 
 BATCH_1001 = json.dumps({"scores": [{"step": i, "value": 0.5} for i in range(1001)]})
 
@@ -90,3 +99,86 @@ def test_a_body_that_is_not_json_is_415_saying_so(api: Api, content_type: str | 
     headers = api.as_(ADMIN) | ({"content-type": content_type} if content_type else {})
     r = api.client.post("/v1/tenants", content='{"name": "acme"}', headers=headers)
     assert r.status_code == 415 and "Content-Type: application/json" in r.json()["detail"]
+
+
+# -- evalstop serve's own options (issue 19): one line naming the option, exit 2, nothing started --
+def _serve(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    from evalstop import cli
+
+    try:
+        code = cli.main(["serve", *argv])
+    except SystemExit as exc:  # argparse: its usage line, then one error line
+        code = int(exc.code or 0)
+    return code, capsys.readouterr().err.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--port", "99999"], "argument --port: must be a port number 1-65535. Got 99999 instead."),
+    (["--port", "-5"], "argument --port: must be a port number 1-65535. Got -5 instead."),
+    (["--port", "http"], "argument --port: must be a port number 1-65535. Got 'http' instead."),
+    (["--database-url", "mysql://x"],
+     "--database-url: database_url must be a sqlite:/// or postgresql:// URL. Got 'mysql://x' instead."),
+    (["--database-url", "sqlite:///nonexistent/dir/x.db"],
+     "--database-url: database_url 'sqlite:///nonexistent/dir/x.db': the folder 'nonexistent/dir' does not "
+     "exist"),
+    (["--database-url", "postgresql://u:pw@127.0.0.1:1/db"],
+     "cannot open the database 'postgresql://u:***@127.0.0.1:1/db': connection failed"),
+])
+def test_bad_serve_options_are_one_line_naming_them(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("EVALSTOP_ADMIN_TOKEN", ADMIN)
+    code, last = _serve(argv, capsys)
+    assert code == 2
+    assert message in last and "Traceback" not in last
+    assert "pw" not in last  # a password is never echoed
+
+
+def test_serve_help_shows_defaults_and_where_adapter_settings_go(capsys: pytest.CaptureFixture[str]) -> None:
+    from evalstop import cli
+
+    with pytest.raises(SystemExit):
+        cli.main(["serve", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: 127.0.0.1)" in text and "(default: 8000)" in text and "(default: info)" in text
+    assert "EVALSTOP_ADAPTER_SETTINGS" in text and '{"ray": {"address":' in text
+
+
+def test_adapter_settings_come_from_the_environment_and_their_absence_says_so(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from evalstop.service.settings import ServiceSettings
+
+    monkeypatch.setenv("EVALSTOP_ADAPTER_SETTINGS", '{"ray": {"address": "http://127.0.0.1:8265"}}')
+    assert ServiceSettings(database_url=sqlite_url).adapter_settings == {
+        "ray": {"address": "http://127.0.0.1:8265"}}
+    monkeypatch.delenv("EVALSTOP_ADAPTER_SETTINGS")
+    with TestClient(create_app(make_settings(sqlite_url, adapter_plugins={}))) as client:
+        api = Api(client)
+        token = api.tenant("acme")
+        body = {"external_ref": "raysubmit_1", "target": "ray"}
+        r = client.post("/v1/jobs", json=body, headers=api.as_(token))
+    assert r.status_code == 422, r.text
+    assert "'address' setting of the ray adapter" in r.text and "EVALSTOP_ADAPTER_SETTINGS" in r.text
+
+
+def _quickstart() -> str:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    (block,) = [b for b in re.findall(r"```bash\n(.*?)```", readme, re.S) if "quickstart.db" in b]
+    return "\n".join(line for line in block.splitlines() if not line.startswith("pip install"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (shutil.which("curl") and shutil.which("jq")), reason="the quick start needs them")
+def test_the_readme_quickstart_runs_twice_in_the_same_folder(tmp_path: Path) -> None:
+    """Issue 19: the second run found the tenant already there, got TOKEN=null and three 401s."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    for attempt in (1, 2):
+        body = _quickstart().replace("8000", str(free_port()))
+        done = subprocess.run(["bash", "-c", "set -euo pipefail\n" + body], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120, check=False)
+        out = done.stdout + done.stderr
+        assert done.returncode == 0, f"run {attempt}: {out[-3000:]}"
+        assert '"stop_step":300' in out.replace(" ", ""), f"run {attempt}: {out[-3000:]}"
+        assert "401" not in out and "null" not in out.split("decisions")[0]
+        assert "alembic" not in out  # migrations log at debug only (issue 19: ~9 INFO lines per start)

@@ -15,7 +15,7 @@ COLUMNS: dict[str, str] = {
     "recall": "reward-hacking jobs stopped / reward-hacking jobs",
     "FPR": "healthy jobs stopped / healthy jobs (every kind: RLHF, LoRA, DPO)",
     "FPR healthy RLHF": "the same among healthy RLHF jobs only",
-    "JCT": "job completion time, submission to end, in hours (mean, 95th and 99th percentile)",
+    "JCT": "job completion time, submission to end, in hours (mean; p95, p99: 95th, 99th percentile)",
     "wasted GPU-h": "GPU-hours spent after a hacking job's true quality peak, plus restore overhead",
     "GPU-h on hacking": "every GPU-hour spent on reward-hacking jobs",
     "regret (hacking)": "true quality at the peak minus true quality of the delivered checkpoint, "

@@ -20,7 +20,7 @@ from typing import Any
 from .legend import legend_lines
 from .rewind_report import rewind_section
 
-__all__ = ["add_arguments", "render_markdown", "run", "write_report"]
+__all__ = ["ResultsError", "add_arguments", "load_results", "render_markdown", "run", "write_report"]
 
 _ROLE_TITLES = {
     "paper": "The paper's claims, in the paper's setting",
@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         paths = write_report(args.results_dir)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, ResultsError) as exc:
         print(f"evalstop report: {exc}", file=sys.stderr)
         return 2
     if not have_matplotlib():
@@ -59,7 +59,7 @@ def write_report(results_dir: Path) -> list[Path]:
     source = results_dir / "results.json"
     if not source.is_file():
         raise FileNotFoundError(f"{source} not found (run `evalstop reproduce --all --out {results_dir}`)")
-    doc = json.loads(source.read_text())
+    doc = load_results(source)
     figures = _write_figures(doc, results_dir / "figures") if have_matplotlib() else {}
     md = render_markdown(doc, figures, relative_to=results_dir)
     rewind_md, rewind_html, rewind_png = rewind_section(results_dir / "figures" if figures else None)
@@ -68,6 +68,31 @@ def write_report(results_dir: Path) -> list[Path]:
     (results_dir / "report.html").write_text(page)
     extra = [] if rewind_png is None else [rewind_png]
     return [results_dir / "report.md", results_dir / "report.html", *figures.values(), *extra]
+
+
+class ResultsError(ValueError):
+    """A results.json that is not one ``evalstop reproduce`` wrote (corrupt, cut short, other)."""
+
+
+#: The top-level keys of results.json the report reads, and their JSON types.
+RESULTS_KEYS = {"studies": dict, "claims": list, "tasks": dict}
+
+
+def load_results(source: Path) -> dict[str, Any]:
+    """``source`` parsed and checked for the keys the report reads; a ResultsError names the file."""
+    rerun = f"run `evalstop reproduce --all --out {source.parent}` again (finished tasks come from its cache)"
+    try:
+        doc = json.loads(source.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ResultsError(f"{source} is not valid JSON ({exc}): is it cut short? {rerun}") from None
+    if not isinstance(doc, dict):
+        kind = type(doc).__name__
+        raise ResultsError(f"{source} holds a {kind}, not the object `evalstop reproduce` writes; {rerun}")
+    wrong = [k for k, kind in RESULTS_KEYS.items() if not isinstance(doc.get(k), kind)]
+    if wrong:
+        raise ResultsError(f"{source} lacks {', '.join(map(repr, wrong))} (or has the wrong type): not a "
+                           f"results file of `evalstop reproduce --all`; {rerun}")
+    return doc
 
 
 def have_matplotlib() -> bool:

@@ -9,7 +9,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -28,18 +28,21 @@ HEADLINE_STUDIES = {"paper": "headline", "realistic": "headline-realistic"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--seeds", type=int, default=None,
-                        help="number of seeds (default 30; with --all/--study: each study's own default)")
-    parser.add_argument("--quick", action="store_true", help="8 seeds of 1,000 jobs: under a minute")
-    parser.add_argument("--preset", default="paper", choices=sorted(HEADLINE_STUDIES),
-                        help="workload preset: runs the 'headline' or 'headline-realistic' study")
-    parser.add_argument("--workers", type=int, default=None, help="processes (default: one per core)")
+    parser.add_argument("--seeds", type=int_at_least(2, "paired statistics need two"), default=None,
+                        help="number of seeds, >= 2 (default 30; --all/--study: each study's own default)")
+    parser.add_argument("--quick", action="store_true",
+                        help="8 seeds of 1,000 jobs: a few seconds (with --all/--study: 5 seeds per study)")
+    parser.add_argument("--preset", default=None, choices=sorted(HEADLINE_STUDIES),
+                        help="workload preset of the headline: runs the 'headline' (default: paper) or "
+                        "'headline-realistic' study; not with --all/--study, whose studies name their own")
+    parser.add_argument("--workers", type=int_at_least(1), default=None,
+                        help="processes, >= 1 (default: one per core)")
     parser.add_argument("--json", action="store_true", help="print a machine-readable result")
     studies = parser.add_argument_group("studies (every claim of the paper; see docs/studies.md)")
     studies.add_argument("--all", action="store_true", help="run every named study; write results, report")
     studies.add_argument("--study", action="append", metavar="NAME", help="run this study (repeatable)")
     studies.add_argument("--list", action="store_true", help="list the named studies and exit")
-    studies.add_argument("--out", type=Path, default=Path("results"),
+    studies.add_argument("--out", type=Path, default=None,
                          help="results directory (default results; --study writes to OUT/study-NAME)")
     studies.add_argument("--ray-address", default=None,
                          help="run tasks on this Ray cluster (default: $RAY_ADDRESS, else local processes)")
@@ -49,20 +52,48 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(run=run)
 
 
+def int_at_least(low: int, why: str = "") -> Callable[[str], int]:
+    """An argparse type: an int >= ``low`` (argparse names the option and the bad value)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an int >= {low}. Got {text!r} instead.") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(
+                f"must be an int >= {low}{f' ({why})' if why else ''}. Got {value} instead.")
+        return value
+
+    return parse
+
+
+#: Options of --all/--study only, and their value when not given.
+STUDY_ONLY = {"out": None, "ray_address": None, "cache": None, "no_cache": False, "no_report": False}
+
+
 def run(args: argparse.Namespace) -> int:
     if args.all or args.study or args.list:
         from .suite_cmd import run_studies
 
+        if args.preset is not None:
+            print("evalstop reproduce: --preset chooses the headline's workload; with --all/--study each "
+                  "study names its own (the realistic ones end in '-realistic': see --list)", file=sys.stderr)
+            return 2
+        args.out = Path("results") if args.out is None else args.out
         return run_studies(args)
-    seeds = 30 if args.seeds is None else args.seeds
-    if seeds < 2:
-        print(f"--seeds must be >= 2 for paired statistics. Got {seeds} instead.", file=sys.stderr)
+    given = [name for name, unset in STUDY_ONLY.items() if getattr(args, name) != unset]
+    if given:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        print(f"evalstop reproduce: {flags}: for --all/--study only; the headline runs in local "
+              "processes and prints its result (--json for all of it)", file=sys.stderr)
         return 2
-    study = headline_study(args.preset, n_jobs=1000 if args.quick else None)
+    seeds = 30 if args.seeds is None else args.seeds
+    study = headline_study(args.preset or "paper", n_jobs=1000 if args.quick else None)
     started = time.perf_counter()
     result = reproduce(study, range(1, (8 if args.quick else seeds) + 1), workers=args.workers)
     result["wall_s"] = round(time.perf_counter() - started, 2)
-    result["preset"] = args.preset
+    result["preset"] = args.preset or "paper"
     if args.json:
         print(json.dumps(result, indent=1, default=_json_default))
     else:
@@ -141,4 +172,4 @@ def _num(stat: dict[str, Any], digits: int) -> str:
     return "—" if stat["mean"] is None else f"{stat['mean']:.{digits}f}"
 
 
-__all__ = ["add_arguments", "headline_study", "render", "reproduce", "run"]
+__all__ = ["add_arguments", "headline_study", "int_at_least", "render", "reproduce", "run"]

@@ -20,9 +20,6 @@ def run_studies(args: argparse.Namespace) -> int:
             points = len(study.points)
             print(f"{study.name:24} {study.role:9} {study.seeds:3} seeds x {points} point(s)  {study.title}")
         return 0
-    if args.seeds is not None and args.seeds < 2:
-        print(f"--seeds must be >= 2 for paired statistics. Got {args.seeds} instead.", file=sys.stderr)
-        return 2
     try:
         studies = load_studies(None if args.all else args.study)
     except SpecError as exc:
@@ -33,8 +30,15 @@ def run_studies(args: argparse.Namespace) -> int:
     seeds = args.seeds if args.seeds is not None else (5 if args.quick else None)
     address = args.ray_address or os.environ.get("RAY_ADDRESS") or None
     out = study_dir(args.out, None if args.all else [s.name for s in studies])
+    cache = args.cache or args.out / "cache"
+    try:  # a folder that cannot be written is said now, in one line, not after the first task
+        for folder in (out, cache):
+            folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        print(f"evalstop reproduce: cannot write results to {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return 2
     doc = run_suite(studies, out, seeds=seeds, workers=args.workers, ray_address=address,
-                    cache_dir=args.cache or args.out / "cache", use_cache=not args.no_cache)
+                    cache_dir=cache, use_cache=not args.no_cache)
     print(claims_markdown(doc))
     tasks = doc["tasks"]
     print(f"\n{tasks['ran']} tasks run, {tasks['cached']} from the cache, {doc['wall_s']} s "

@@ -312,8 +312,9 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         if self._eval_round is None or self._eval_round[1] or not self._training:
             return
         step, _, seen = self._eval_round
+        names = " or ".join(repr(k) for k in dict.fromkeys((self.metric, _eval_key(self.metric))))
         raise ValueError(
-            f"EvalStopCallback: metric {self.metric!r} (or {_eval_key(self.metric)!r}) is not among the "
+            f"EvalStopCallback: metric {names} is not among the "
             f"evaluation metrics at step {step}: {sorted(set(seen))}. Set metric= to one of them."
         )
 
@@ -381,9 +382,12 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             return  # evaluate() called outside train(): not part of the run's curve
         step = int(state.global_step)
         progress = step / state.max_steps if state.max_steps else None
-        ev = Eval(step, as_score(value), progress, self._last_loss, self._last_stderr)
-        if self.history.add(ev) is None:
+        score = as_score(value)
+        if self.history.add(Eval(step, score, progress, self._last_loss, self._last_stderr)) is None:
             return  # this step was already seen (on_log then on_evaluate carry the same metrics)
+        if not math.isfinite(score):  # as the Optuna pruner does: say so, never stop on it
+            warnings.warn(f"EvalStopCallback: metric {self.metric!r} is {value!r} at step {step}; "
+                          "the rule skips it (a missing or non-finite eval never stops a run).", stacklevel=2)
         if self.history.last_is_best:
             control.should_save = True
             if args.metric_for_best_model is None:  # else the Trainer tracks the same best itself

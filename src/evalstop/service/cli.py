@@ -8,7 +8,8 @@ SIGTERM (a container stop, a pod deletion) drains: the server stops accepting co
 up to ``GRACEFUL_S`` for requests in flight, then stops the outbox worker and hands its leases
 back (see ``app.create_app``). Before the server is up, SIGTERM exits at once (nothing is in
 flight). ``--migrate-only`` migrates the schema and exits: the one-off job of a deployment whose
-replicas run with ``EVALSTOP_MIGRATE_ON_START=false``.
+replicas run with ``EVALSTOP_MIGRATE_ON_START=false``. A bad option or setting is
+one line naming it, and exit code 2.
 """
 
 from __future__ import annotations
@@ -25,20 +26,55 @@ GRACEFUL_S = 5
 #: Exit status of a bad configuration or a database at another schema revision.
 EXIT_CONFIG = 2
 
+EPILOG = """settings from the environment (docs/service.md, "Configuration"):
+  EVALSTOP_ADMIN_TOKEN      operator token (create tenants); unset: operator routes disabled
+  EVALSTOP_ADAPTER_SETTINGS JSON, per stop target, e.g. '{"ray": {"address": "http://HOST:8265"}}'
+                            (a target without its settings answers 422 on job registration)
+  EVALSTOP_<SETTING>        any other setting of docs/service.md, e.g. EVALSTOP_MAX_BATCH=500"""
+
+
+def port_number(text: str) -> int:
+    """An argparse type: a TCP port, 1-65535 (uvicorn would bind another and log this one)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a port number 1-65535. Got {text!r} instead.") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number 1-65535. Got {port} instead.")
+    return port
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--database-url", help="sqlite:///PATH (default sqlite:///evalstop.db) or "
                         "postgresql://USER@HOST/DB; default from EVALSTOP_DATABASE_URL")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+    parser.add_argument("--port", type=port_number, default=8000, help="TCP port (default: %(default)s)")
     parser.add_argument("--no-worker", action="store_true", help="serve the API only; deliver no stops")
     parser.add_argument("--access-log", action="store_true", help="log every request (off by default)")
     parser.add_argument("--pull-config", metavar="PATH",
                         help="TOML file of pollers (MLflow, TensorBoard, trainer_state) run in the service")
     parser.add_argument("--migrate-only", action="store_true",
                         help="bring the database schema to this release's head, then exit")
-    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
+                        help="the service's and uvicorn's log level (default: %(default)s); the database "
+                        "migrations log at debug only")
     parser.set_defaults(run=run)
+
+
+def _one_line(exc: Any) -> str:
+    """A pydantic ValidationError as one line: each bad setting (as its option, where it has one)."""
+    parts = []
+    for err in exc.errors():
+        name = ".".join(str(p) for p in err["loc"])
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        if not name:  # a check across settings (the admin token file): its message names it
+            parts.append(msg)
+            continue
+        option = "--database-url" if name == "database_url" else f"EVALSTOP_{name.upper()}"
+        parts.append(f"{option}: {msg}")
+    return "; ".join(parts)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,8 +83,8 @@ def run(args: argparse.Namespace) -> int:
 
     from .app import create_app
     from .pulling import PullConfigError
-    from .settings import ServiceSettings
-    from .store import open_store
+    from .settings import ServiceSettings, redact_url
+    from .store import DatabaseError, open_store
     from .store.migrate import SchemaNotCurrent
 
     signal.signal(signal.SIGTERM, _exit_on_sigterm)  # uvicorn installs its draining handler later
@@ -59,17 +95,19 @@ def run(args: argparse.Namespace) -> int:
         overrides["run_worker"] = False
     if args.pull_config:
         overrides["pull_config"] = args.pull_config
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         settings = ServiceSettings(**overrides)
     except ValidationError as exc:
-        print(f"evalstop serve: {_first_error(exc)}", file=sys.stderr)
+        print(f"evalstop serve: {_one_line(exc)}", file=sys.stderr)
         return EXIT_CONFIG
-    if args.migrate_only:
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.migrate_only:  # the migration job: its log says what it migrated
         open_store(settings.database_url, synchronous=settings.sqlite_synchronous).dispose()
         logging.getLogger("evalstop.service").info("schema migrated to this release's head")
         return 0
+    if args.log_level != "debug":  # alembic's ~9 INFO lines per start say nothing an operator needs
+        logging.getLogger("alembic").setLevel(logging.WARNING)
     if settings.admin_token is None:
         logging.getLogger("evalstop.service").warning(
             "neither EVALSTOP_ADMIN_TOKEN nor EVALSTOP_ADMIN_TOKEN_FILE is set: operator routes "
@@ -78,6 +116,11 @@ def run(args: argparse.Namespace) -> int:
         app = create_app(settings)
     except (PullConfigError, SchemaNotCurrent) as exc:
         print(f"evalstop serve: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except DatabaseError as exc:  # the URL was well formed, the database would not open
+        cause = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+        print(f"evalstop serve: cannot open the database {redact_url(settings.database_url)!r}: {cause}",
+              file=sys.stderr)
         return EXIT_CONFIG
     # The app's ~80k long-lived objects (FastAPI, pydantic, SQLAlchemy) made every full garbage
     # collection a ~25 ms pause in the middle of requests (the p99/max latency of the load
@@ -99,11 +142,3 @@ def _drained(_signum: int, _frame: Any) -> None:
 
 def _exit_on_sigterm(_signum: int, _frame: Any) -> None:
     raise SystemExit(128 + signal.SIGTERM)
-
-
-def _first_error(exc: Any) -> str:
-    """One line naming the setting and the problem (never the value: it may be a secret)."""
-    err = exc.errors()[0]
-    msg = str(err["msg"]).removeprefix("Value error, ")
-    where = ".".join(str(p) for p in err["loc"])
-    return f"{where}: {msg}" if where else msg

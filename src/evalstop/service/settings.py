@@ -68,8 +68,13 @@ class ServiceSettings(BaseSettings):
     def _known_backend(cls, value: str) -> str:
         if not value.startswith(("sqlite:", "sqlite+", "postgresql:", "postgresql+")):
             raise ValueError(
-                f"database_url must be a sqlite:/// or postgresql:// URL. Got {_redact(value)!r} instead."
+                f"database_url must be a sqlite:/// or postgresql:// URL. Got {redact_url(value)!r} instead."
             )
+        if value.startswith("sqlite"):
+            path = _sqlite_path(value)
+            if path is not None and not path.parent.is_dir():
+                raise ValueError(f"database_url {value!r}: the folder {str(path.parent)!r} does not exist "
+                                 "(SQLite creates the file, not its folder)")
         return value
 
     @model_validator(mode="before")
@@ -99,7 +104,16 @@ class ServiceSettings(BaseSettings):
         return value
 
 
-def _redact(url: str) -> str:
+def _sqlite_path(url: str) -> Path | None:
+    """The file of a ``sqlite:///PATH`` URL (``sqlite:////abs`` is absolute); None in memory."""
+    rest = url.split("://", 1)[1] if "://" in url else ""
+    name = rest.removeprefix("/").split("?", 1)[0]
+    if not name or name == ":memory:" or name.startswith("file:"):
+        return None
+    return Path(name)
+
+
+def redact_url(url: str) -> str:
     """``scheme://user:secret@host`` -> ``scheme://user:***@host``: never echo a password."""
     scheme, sep, rest = url.partition("://")
     creds, at, host = rest.rpartition("@")

@@ -1,6 +1,7 @@
-"""The testbed's processes: a private Ray head with N slots, and an ``evalstop serve``.
+"""The testbed's processes: an ``evalstop serve``, and what the private Ray head is made of.
 
-(The private Slurm is :mod:`.slurm_cluster`; both engines are driven through :mod:`.engine`.)
+(The Ray head itself is started by :mod:`.ray_head`, the private Slurm by :mod:`.slurm_cluster`;
+both engines are driven through :mod:`.engine`.)
 
 Both bind to 127.0.0.1 on free ports, keep their state under the run directory, and are
 stopped by pid: the Ray head by signalling its ``ray start --block`` process and then killing
@@ -52,74 +53,9 @@ class Proc:
         return self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
 
 
-def _spawn(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+def spawn(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     with open(log, "wb") as out:
         return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def start_ray(root: Path, slots: int, *, timeout_s: float = 180.0) -> Proc:
-    """A Ray head with ``slots`` slots, token authentication on, dashboard (Jobs API) on loopback."""
-    import httpx
-
-    (root / "home").mkdir(parents=True, exist_ok=True)
-    temp_dir = root / "ray"  # short: Ray's unix socket paths have a length limit
-    token = secrets.token_hex(16)
-    env = {
-        **os.environ,
-        "HOME": str(root / "home"),
-        "RAY_AUTH_MODE": "token",
-        "RAY_AUTH_TOKEN": token,
-        "RAY_JOB_STOP_WAIT_TIME_S": "1",
-        "RAY_USAGE_STATS_ENABLED": "0",
-    }
-    for var in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS"):
-        env.pop(var, None)
-    gcs, dash, nm, om, client, agent, agent_grpc, metrics, rt_env, workers = ray_ports()
-    ray = Path(sys.executable).with_name("ray")
-    cmd = [
-        str(ray),
-        "start",
-        "--head",
-        "--block",
-        "--node-ip-address=127.0.0.1",
-        f"--port={gcs}",
-        f"--dashboard-port={dash}",
-        "--dashboard-host=127.0.0.1",
-        "--include-dashboard=true",
-        f"--node-manager-port={nm}",
-        f"--object-manager-port={om}",
-        f"--ray-client-server-port={client}",
-        f"--dashboard-agent-listen-port={agent}",
-        f"--dashboard-agent-grpc-port={agent_grpc}",
-        f"--metrics-export-port={metrics}",
-        f"--runtime-env-agent-port={rt_env}",
-        f"--min-worker-port={workers}",
-        f"--max-worker-port={workers + 40}",
-        f"--num-cpus={slots}",
-        f"--resources={json.dumps({SLOT: slots})}",
-        f"--temp-dir={temp_dir}",
-        "--disable-usage-stats",
-    ]
-    proc = _spawn(cmd, env, root / "ray-start.log")
-    head = Proc(
-        proc,
-        root / "ray-start.log",
-        str(temp_dir),
-        {"address": f"http://127.0.0.1:{dash}", "token": token, "slots": str(slots)},
-    )
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"ray start exited: {head.tail()}")
-        with contextlib.suppress(httpx.HTTPError):
-            r = httpx.get(
-                f"{head.info['address']}/api/jobs/", timeout=2, headers={"Authorization": f"Bearer {token}"}
-            )
-            if r.status_code == 200:
-                return head
-        time.sleep(0.5)
-    stop(head)
-    raise RuntimeError(f"Ray dashboard not ready after {timeout_s} s: {head.tail()}")
 
 
 def ray_ports(n_workers: int = 40) -> list[int]:
@@ -153,7 +89,7 @@ def start_service(root: Path, adapter_settings: dict[str, Any], *, timeout_s: fl
         f"--port={port}",
         "--log-level=warning",
     ]
-    proc = _spawn(cmd, env, root / "serve.log")
+    proc = spawn(cmd, env, root / "serve.log")
     server = Proc(
         proc,
         root / "serve.log",

@@ -1,5 +1,5 @@
 """The Ray engine: each job is one Ray job, submitted through the Jobs API with
-``entrypoint_resources={"slot": width}``, on the private head (:func:`.cluster.start_ray`) or on
+``entrypoint_resources={"slot": width}``, on the private head (:func:`.ray_head.start_ray`) or on
 an existing cluster (:func:`.cluster.connect_ray`, ``--ray-address``).
 
 The reference is the submission id ``<arm>-<run id>-<job>``, chosen before the submission (so
@@ -22,8 +22,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .cluster import SLOT, Proc, api, connect_ray, start_ray, stop
+from .cluster import SLOT, Proc, api, connect_ray, stop
 from .engine import Status
+from .ray_head import start_ray
 
 TERMINAL = frozenset({"SUCCEEDED", "STOPPED", "FAILED"})
 #: The name Ray gives a submission's supervisor actor (ray.dashboard.modules.job.common).

@@ -28,7 +28,9 @@ def setting_str(owner: str, settings: Mapping[str, Any], key: str, default: str 
     value = settings.get(key, default)
     if not isinstance(value, str) or not value:
         raise InvalidParameterError(
-            f"The {key!r} setting of the {owner} adapter must be a non-empty string. Got {value!r} instead."
+            f"The {key!r} setting of the {owner} adapter must be a non-empty string. Got {value!r} instead. "
+            f"evalstop serve reads adapter settings from EVALSTOP_ADAPTER_SETTINGS, e.g. "
+            f"'{{\"{owner}\": {{\"{key}\": \"...\"}}}}' (docs/service.md, Configuration)."
         )
     return value
 

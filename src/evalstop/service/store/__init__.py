@@ -13,7 +13,7 @@ package, and nothing outside it imports SQLAlchemy or a database driver
 
 from __future__ import annotations
 
-from .engine import Conn, DatabaseUnavailable, Limits, Store, open_store, sqlite_file
+from .engine import Conn, DatabaseError, DatabaseUnavailable, Limits, Store, open_store, sqlite_file
 from .tables import (
     audit,
     decisions,
@@ -27,6 +27,7 @@ from .tables import (
 )
 
 __all__ = [
-    "Conn", "DatabaseUnavailable", "Limits", "Store", "audit", "decisions", "delivery_events", "jobs",
-    "metadata", "open_store", "outbox", "scores", "sqlite_file", "tenant_buckets", "tenants",
+    "Conn", "DatabaseError", "DatabaseUnavailable", "Limits", "Store", "audit", "decisions",
+    "delivery_events", "jobs", "metadata", "open_store", "outbox", "scores", "sqlite_file",
+    "tenant_buckets", "tenants",
 ]

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from .commit import GroupCommitter
 from .dialect import Dialect, Postgres, Sqlite
@@ -31,6 +31,8 @@ T = TypeVar("T")
 Conn = Connection
 #: The database is unreachable or refused the operation (the service answers 503, retry later).
 DatabaseUnavailable = OperationalError
+#: Any error of the database layer (a URL that parses but a database that will not open, say).
+DatabaseError = SQLAlchemyError
 
 @dataclass(frozen=True)
 class Limits:
