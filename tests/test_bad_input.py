@@ -290,3 +290,13 @@ def test_a_partial_study_never_overwrites_the_full_report(tmp_path: Path) -> Non
     assert study_dir(tmp_path, None) == tmp_path
     assert study_dir(tmp_path, ["noise"]) == tmp_path / "study-noise"
     assert study_dir(tmp_path, ["noise", "k", "noise"]) == tmp_path / "study-k+noise"
+
+
+def test_every_install_hint_names_the_checkout_form() -> None:
+    """Every message and docstring says ``pip install -e '.[extra]'`` (the README's form): a
+    second spelling, such as ``pip install 'evalstop[hf]'``, is what a newcomer tripped on."""
+    package = Path(cli.__file__).parent
+    other = re.compile(r"pip install '?evalstop\[")
+    found = [f"{path.relative_to(package)}:{n}" for path in sorted(package.rglob("*.py"))
+             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if other.search(line)]
+    assert found == []

@@ -326,7 +326,7 @@ def bank_workload(
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trainer", choices=("toy", "trl"), default="toy",
                         help="toy: numpy REINFORCE families (fast); trl: TRL GRPO families (about 15 s "
-                        "a run, needs pip install 'evalstop[hf]')")
+                        "a run, needs pip install -e '.[hf]')")
     parser.add_argument("--seed", type=int, default=0, help="bank seed (default 0)")
     parser.add_argument("--runs-per-family", type=int, default=10, help="runs in each family (default 10)")
     parser.add_argument(
@@ -352,7 +352,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"evalstop bank: error: {exc}", file=sys.stderr)
         return 2
     except ImportError as exc:
-        print(f"evalstop bank: {exc}; pip install 'evalstop[hf]'", file=sys.stderr)
+        print(f"evalstop bank: {exc}; pip install -e '.[hf]'", file=sys.stderr)
         return 2
     out = Path(args.out)
     curves, truth = write_bank(runs, out, items=not args.no_items, compress=args.gzip)

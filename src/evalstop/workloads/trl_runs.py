@@ -17,7 +17,7 @@ the **true** gold is the mean over ``gold_samples`` completions of ``gold_prompt
 generator, so it never moves the trainer's random stream. Gold is rescaled so that 0 is the
 initial policy and 1 the best possible completion everywhere, as in ``rl_toy``.
 
-torch, transformers, trl and datasets are imported here only (``pip install 'evalstop[hf]'``).
+torch, transformers, trl and datasets are imported here only (``pip install -e '.[hf]'``).
 CPU runs are single-threaded so that a seed gives the same curve on any machine.
 """
 
