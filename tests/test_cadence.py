@@ -152,12 +152,12 @@ def test_replay_cli_cadence_column_only_when_asked(tmp_path, capsys) -> None:  #
     args = parser.parse_args([str(path), "--detector", "evalstop:k=2,against=best"])
     assert args.run(args) == 0
     plain = capsys.readouterr().out
-    assert plain.splitlines()[0] == "job_id,stopped,stop_step,best_step,best_score"
+    assert plain.splitlines()[0] == "job_id,stopped,stop_step,best_step,best_score,reason"
     args = parser.parse_args([str(path), "--detector", "evalstop:k=2,against=best", "--cadence", "every:3"])
     assert args.run(args) == 0
-    header, row = capsys.readouterr().out.splitlines()
-    assert header.endswith(",evals_used")
-    assert row == "a,true,120,60,0.6,4"
+    (header, row), = [list(csv.reader(io.StringIO(capsys.readouterr().out)))]
+    assert header[-2:] == ["reason", "evals_used"]
+    assert row[:5] + row[-1:] == ["a", "true", "120", "60", "0.6", "4"]
     args = parser.parse_args([str(path), "--cadence", "every:0"])
     assert args.run(args) == 2
     assert "The 'n' parameter of Every must be an int >= 1" in capsys.readouterr().err

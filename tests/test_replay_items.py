@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from evalstop.cli import main
-from evalstop.detectors import Eval, ItemEval
+from evalstop.detectors import Eval, ItemEval, parse_spec
 from evalstop.experiments.holdout import outcomes
 from evalstop.experiments.validate import bank_cases
-from evalstop.replay import CurvesError, read_curves
+from evalstop.replay import CurvesError, read_curves, replay_rows
 from evalstop.workloads.bank import BankRun, build_bank, read_bank, write_bank
 
 FAMILIES = ["base", "lr-high", "eval-small", "control-gold"]
@@ -65,8 +65,13 @@ def test_paired_replay_matches_validate_in_memory(bank_dirs: tuple[Path, Path], 
 def test_items_change_what_paired_decides(bank_dirs: tuple[Path, Path], tmp_path: Path) -> None:
     with_items, without = bank_dirs
     paired = replay_csv(with_items / "curves.csv", "paired", tmp_path / "a.csv")
-    unpaired = replay_csv(without / "curves.csv", "paired", tmp_path / "b.csv")
-    assert paired != unpaired  # without items, paired falls back to its unpaired test
+    # Without items the rule falls back to its unpaired test (what a library caller gets); the
+    # replay command refuses that file instead (issue 19: it used to exit 0 and stop nothing).
+    with (without / "curves.csv").open(newline="") as f:
+        unpaired = replay_rows(csv.DictReader(f), parse_spec("paired"))
+    stops = [int(r["stop_step"]) if r["stop_step"] else None for r in paired]
+    assert stops != [r["stop_step"] for r in unpaired]
+    assert main(["replay", str(without / "curves.csv"), "--detector", "paired"]) != 0
 
 
 @pytest.mark.parametrize(

@@ -180,5 +180,6 @@ def test_the_readme_quickstart_runs_twice_in_the_same_folder(tmp_path: Path) -> 
         out = done.stdout + done.stderr
         assert done.returncode == 0, f"run {attempt}: {out[-3000:]}"
         assert '"stop_step":300' in out.replace(" ", ""), f"run {attempt}: {out[-3000:]}"
-        assert "401" not in out and "null" not in out.split("decisions")[0]
+        # a 401 as a status, not inside a timestamp such as 1796174011.81 (seen: a false failure)
+        assert re.search(r"\b401\b", out) is None and "null" not in out.split("decisions")[0]
         assert "alembic" not in out  # migrations log at debug only (issue 19: ~9 INFO lines per start)
