@@ -4,16 +4,17 @@ containers reach over podman's bridge, and a webhook receiver on the host."""
 from __future__ import annotations
 
 import glob
-import json
 import os
 import shutil
 import subprocess
 import threading
 import time
 import tomllib
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+from service.stop_hook import StopHook  # tests/ is on the path: deploy/ and service/ are its packages
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE_IMAGE = "localhost/evalstop-base:bookworm"
@@ -99,34 +100,12 @@ def stop_postgres(pg_ctl: Path, data: str) -> None:
                    capture_output=True, timeout=60)
 
 
-class _Hook(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *_: Any) -> None:
-        pass
-
-    def do_POST(self) -> None:
-        state = self.server.state  # type: ignore[attr-defined]
-        msg = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-        with state["lock"]:
-            state["log"].append((msg["external_ref"], msg["action"], self.headers["Idempotency-Key"]))
-            if msg["action"] in ("signal", "hard_stop"):
-                state["stopped"].add(msg["external_ref"])
-            stopped = msg["external_ref"] in state["stopped"]
-        data = json.dumps({"stopped": stopped}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-
 class Receiver:
     """A webhook receiver on the host, reachable from the containers over the bridge."""
 
     def __init__(self) -> None:
         self.state: dict[str, Any] = {"log": [], "stopped": set(), "lock": threading.Lock()}
-        self.server = ThreadingHTTPServer(("0.0.0.0", 0), _Hook)
+        self.server = ThreadingHTTPServer(("0.0.0.0", 0), StopHook)
         self.server.state = self.state  # type: ignore[attr-defined]
         self.url = f"http://host.containers.internal:{self.server.server_address[1]}/hook"
         threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()

@@ -19,7 +19,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -31,31 +31,10 @@ from evalstop.service import domain
 from evalstop.service.store import decisions, jobs, metadata, open_store, scores
 
 from ._support import ADMIN, free_port, wait_for
+from .stop_hook import StopHook
 
 pytestmark = pytest.mark.slow
 N_JOBS, N_STEPS, KILLS, CLIENTS = 6, 26, 3, 3
-
-
-class Receiver(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *_: Any) -> None:
-        pass
-
-    def do_POST(self) -> None:
-        state = self.server.state  # type: ignore[attr-defined]
-        msg = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-        with state["lock"]:
-            state["log"].append((msg["external_ref"], msg["action"], self.headers["Idempotency-Key"]))
-            if msg["action"] in ("signal", "hard_stop"):
-                state["stopped"].add(msg["external_ref"])
-            stopped = msg["external_ref"] in state["stopped"]
-        data = json.dumps({"stopped": stopped}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
 
 
 class Replica:
@@ -119,7 +98,7 @@ def curve(i: int) -> list[float]:
 
 def test_two_replicas_one_killed_three_times(fresh_pg: str, tmp_path: Path) -> None:
     state: dict[str, Any] = {"log": [], "stopped": set(), "lock": threading.Lock()}
-    hook = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    hook = ThreadingHTTPServer(("127.0.0.1", 0), StopHook)
     hook.state = state  # type: ignore[attr-defined]
     threading.Thread(target=hook.serve_forever, args=(0.05,), daemon=True).start()
     hook_url = f"http://127.0.0.1:{hook.server_address[1]}/hook"
