@@ -216,3 +216,24 @@ def test_ray_address_needs_the_ray_engine(tmp_path: Path, capsys: pytest.Capture
     with pytest.raises(ValueError, match="'ray_address' parameter of run_testbed needs engine 'ray'"):
         run_testbed(WorkloadSpec(n_jobs=1), 1, tmp_path / "out", engine="slurm", ray_address="127.0.0.1:1")
     assert not (tmp_path / "out").exists() and not (tmp_path / "o").exists()
+
+
+def test_a_job_that_never_started_is_simulated_as_its_start_up_only() -> None:
+    """The engine can fail a job at dispatch (Slurm marked two FAILED 0.9 s in): it has no process
+    start and no evals. The diagnostic must simulate it, not raise (it raised TypeError)."""
+    from evalstop.testbed.simcheck import StartupModel, predict
+
+    shadow = _shadow(6, lambda t: 2.0, [1] * 6)
+    dead = shadow[2]
+    dead.update(proc_start_s=None, end_s=dead["dispatch_s"] + 0.9, evals=[], startup_s=None)
+    labels = {j["name"]: "healthy" for j in shadow}
+    model = StartupModel.measured(shadow)
+    assert model.describe()["n"] == 5
+    def held(job: dict[str, Any]) -> float:
+        return float(job["end_s"] - job["start_s"])
+
+    sim = predict(shadow, labels, 2, model, 0.0, "FIFO", mode="constant")["jobs"]
+    assert held(sim[dead["name"]]) == pytest.approx(model.mean_s)  # its start-up, no training
+    assert held(sim[shadow[3]["name"]]) == pytest.approx(model.mean_s + 10.0)
+    timed = predict(shadow, labels, 2, model, 0.0, "FIFO", mode="timed")["jobs"]
+    assert 0 < held(timed[dead["name"]]) < 10.0

@@ -111,15 +111,18 @@ def sim_jobs(
     """The shadow arm's jobs in arrival order, job ``i`` with start-up ``startups_s[i]``."""
     jobs = []
     for r, startup_s in zip(_ordered(shadow), startups_s, strict=True):
+        # A job whose process never started (the engine failed it at dispatch) held its slots for
+        # its start-up only: no training, no evals.
+        proc_s = r["end_s"] if r["proc_start_s"] is None else r["proc_start_s"]
         jobs.append(
             SimJob(
                 arrival_s=float(r["arrival_s"]),
                 width=int(r.get("slots", 1)),
-                duration_s=float(startup_s) + (r["end_s"] - r["proc_start_s"]),
+                duration_s=float(startup_s) + (r["end_s"] - proc_s),
                 steps=tuple(int(e["step"]) for e in r["evals"]),
                 scores=tuple(float(e["score"]) for e in r["evals"]),
                 gold=tuple(float(e["gold"]) for e in r["evals"]),
-                eval_s=tuple(startup_s + e["t"] - r["proc_start_s"] + stop_latency_s for e in r["evals"]),
+                eval_s=tuple(startup_s + e["t"] - proc_s + stop_latency_s for e in r["evals"]),
                 hacking=labels[r["name"]] == "hacking",
             )
         )

@@ -52,10 +52,13 @@ def workload(jobs: list[SimJob], slots: int) -> Workload:
             Eval(step=s, score=x, progress=min(1.0, t / j.duration_s))
             for s, x, t in zip(j.steps, j.scores, j.eval_s, strict=True)
         )
-        peak = int(np.argmax(j.gold))
         specs.append(JobSpec(i, 0, "rlhf", j.width, j.arrival_s, j.duration_s, evals))
-        peak_at = evals[peak].progress or 0.0
-        truth.append(JobTruth(j.hacking, j.duration_s, peak_at, j.gold, j.gold[peak], j.gold[-1]))
+        if evals:
+            peak = int(np.argmax(j.gold))
+            peak_at = evals[peak].progress or 0.0
+            truth.append(JobTruth(j.hacking, j.duration_s, peak_at, j.gold, j.gold[peak], j.gold[-1]))
+        else:  # the engine failed it before its first eval: it delivered nothing (NaN quality)
+            truth.append(JobTruth(j.hacking, j.duration_s, 0.0, (), float("nan"), float("nan")))
     widths = tuple(range(1, slots + 1))
     shapes = {kind: KindShape(widths, (1 / slots,) * slots, 1.0, 0.5) for kind in KINDS}  # sizes are given
     config = WorkloadConfig(n_jobs=len(specs), total_gpus=slots, shapes=shapes)
