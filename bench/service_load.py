@@ -78,12 +78,13 @@ class Conn:
 
 
 def start_server(
-    tmp: Path, synchronous: str, database_url: str | None = None
+    tmp: Path, synchronous: str, database_url: str | None = None, fast_path: bool = True
 ) -> tuple[subprocess.Popen[bytes], str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {**os.environ, "EVALSTOP_ADMIN_TOKEN": ADMIN, "EVALSTOP_SQLITE_SYNCHRONOUS": synchronous}
+    env = {**os.environ, "EVALSTOP_ADMIN_TOKEN": ADMIN, "EVALSTOP_SQLITE_SYNCHRONOUS": synchronous,
+           "EVALSTOP_FAST_PATH": "true" if fast_path else "false"}
     cmd = [sys.executable, "-m", "evalstop.cli", "serve", "--database-url",
            database_url or f"sqlite:///{tmp / 'bench.db'}", "--port", str(port), "--log-level", "warning"]
     proc = subprocess.Popen(cmd, env=env)
@@ -378,6 +379,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--database-url", help="with --db postgresql: this server instead of a throwaway one")
     p.add_argument("--heavy-quota", type=float, default=500.0, help="fair phase: heavy tenant's scores/s")
     p.add_argument("--light-rate", type=float, default=100.0, help="fair phase: light tenant's requests/s")
+    p.add_argument("--no-fast-path", action="store_true",
+                   help="start the servers with EVALSTOP_FAST_PATH=false (every score through the route)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     default = "batched,paced,fair" if args.replicas > 1 else "batched,paced,history,contention"
@@ -394,12 +397,13 @@ def main(argv: list[str] | None = None) -> int:
                     url, stop_pg = start_postgres()
                 bases = []
                 for _ in range(args.replicas):
-                    proc, base = start_server(Path(tmp), args.synchronous, url)
+                    proc, base = start_server(Path(tmp), args.synchronous, url, not args.no_fast_path)
                     procs.append(proc)
                     bases.append(base)
             gc.collect()
             gc.freeze()  # no full-collection pauses in the client's own timing (the server does the same)
             result: dict[str, Any] = {"db": args.db, "replicas": len(bases), "synchronous": args.synchronous,
+                                      "fast_path": not args.no_fast_path,
                                       "cpus": os.cpu_count(), "load_avg_before": os.getloadavg()}
             if "batched" in phases:
                 token, jobs = make_jobs(bases[0], args.admin_token, args.jobs)

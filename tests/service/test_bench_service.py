@@ -24,3 +24,12 @@ def test_service_load_bench_reports_its_figures() -> None:
     assert result["batched"]["scores"] > 0 and result["batched"]["scores_per_s"] > 0
     paced = result["paced"]
     assert paced["requests"] == 40 and 0 < paced["p50_ms"] <= paced["p99_ms"] <= paced["max_ms"]
+
+
+def test_fast_path_bench_compares_the_two_lanes() -> None:
+    cmd = [sys.executable, str(ROOT / "bench" / "fastpath_cost.py"), "--blocks", "2", "--block", "20",
+           "--json"]
+    result = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=180).stdout)
+    cpu = result["cpu_ms_per_request"]
+    assert set(cpu) == {"fast path", "route"} and min(cpu.values()) > 0
+    assert abs(result["ratio_route_over_fast_path"] - cpu["route"] / cpu["fast path"]) < 0.01

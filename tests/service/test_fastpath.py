@@ -10,11 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 
 from evalstop.service import fastpath
+from evalstop.service.app import create_app
 from evalstop.service.store import open_store
 
-from ._support import ADMIN, Api
+from ._support import ADMIN, Api, make_settings
 
 # application/...+json is JSON to FastAPI but not to the fast lane: the route answers it.
 ROUTE_ONLY = "application/vnd.evalstop+json"
@@ -105,3 +107,18 @@ def test_write_async_without_group_commit_runs_in_a_thread(tmp_path: Path) -> No
     assert store.committer is None
     assert asyncio.run(store.write_async(lambda conn: threading.current_thread().name)) != "MainThread"
     store.dispose()
+
+
+def test_the_fast_lane_can_be_turned_off_and_the_route_answers_alone(
+    sqlite_url: str, lane_calls: list[str]
+) -> None:
+    """``fast_path=False`` (EVALSTOP_FAST_PATH=false): every score goes through the route, with the
+    same replies; ``bench/fastpath_cost.py`` compares the two."""
+    with TestClient(create_app(make_settings(sqlite_url, fast_path=False))) as client:
+        api = Api(client)
+        token = api.tenant("acme")
+        job = api.job(token)["id"]
+        replies = [_post(api, token, job, body, "application/json") for body in BODIES[:6]]
+    assert [r.status_code for r in replies] == [200, 200, 200, 409, 409, 200]
+    assert replies[-1].json()["decision"] == "stop"
+    assert lane_calls == []

@@ -62,7 +62,9 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
     app.add_exception_handler(DomainError, _domain_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(DatabaseUnavailable, _database_error)
-    app.add_middleware(ScoresFastPath, ctx=ctx, domain_error=_domain_error, database_error=_database_error)
+    if settings.fast_path:
+        app.add_middleware(ScoresFastPath, ctx=ctx, domain_error=_domain_error,
+                           database_error=_database_error)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)  # outermost: limits the fast path too
     return app
 

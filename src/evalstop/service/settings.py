@@ -32,6 +32,10 @@ class ServiceSettings(BaseSettings):
     sqlite_group_commit: bool = True
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
     max_batch: int = Field(default=1000, ge=1)
+    #: Answer ordinary ``POST /v1/jobs/{id}/scores`` requests before FastAPI's routing
+    #: (:mod:`evalstop.service.fastpath`; same replies). False: every request goes through the
+    #: route. ``bench/service_load.py --no-fast-path`` measures what it saves.
+    fast_path: bool = True
     #: On SQLite, a batch is written in units of at most this many scores, so that another job's
     #: score waits for one unit, not for the whole batch (docs/service.md, "One tenant's big batch").
     ingest_chunk: int = Field(default=100, ge=1)
