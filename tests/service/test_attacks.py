@@ -628,3 +628,14 @@ def test_a_copied_cookie_is_refused_after_sign_out_and_its_form_is_not_applied(s
     after = c.get(f"/v1/jobs/{job['id']}", headers=svc.as_(token)).json()
     assert after["override"] is None
     assert c.get(f"/v1/jobs/{job['id']}/audit", headers=svc.as_(token)).json() == []
+
+
+def test_an_operator_session_ends_where_the_admin_token_changed(sqlite_url: str) -> None:
+    with TestClient(create_app(make_settings(sqlite_url))) as one, \
+            TestClient(create_app(make_settings(sqlite_url))) as same, \
+            TestClient(create_app(make_settings(sqlite_url, admin_token="a-new-admin-token"))) as rotated:
+        assert _console_sign_in(one, ADMIN).status_code == 303
+        for other in (same, rotated):
+            other.cookies.set("evalstop_session", one.cookies["evalstop_session"])
+        assert _signed_in(same)  # one database, one key: every replica accepts the session
+        assert not _signed_in(rotated)  # a replica restarted with a new admin token does not
