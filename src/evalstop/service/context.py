@@ -33,10 +33,12 @@ class TokenCache:
         found = self._by_hash.get(hash_token(token))
         return found[0] if found is not None and time.monotonic() - found[1] < self.ttl_s else None
 
-    def put(self, token: str, tenant: str) -> None:
+    def put(self, token: str, tenant: str, checked_at: float) -> None:
+        """Cache what the database said at ``checked_at`` (``time.monotonic()`` taken before the
+        read: a rotation that lands during the read is still refused within ``ttl_s``)."""
         if len(self._by_hash) >= self.max_entries:
             self._by_hash.clear()
-        self._by_hash[hash_token(token)] = (tenant, time.monotonic())
+        self._by_hash[hash_token(token)] = (tenant, checked_at)
 
     def forget_tenant(self, tenant: str) -> None:
         """Drop every cached token of ``tenant`` (its token was just rotated or revoked here)."""

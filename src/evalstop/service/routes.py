@@ -87,10 +87,11 @@ async def get_principal(ctx: Ctx, creds: Credentials) -> Principal:
     known = known_principal(ctx, creds.credentials)
     if known is not None:
         return known
+    checked_at = time.monotonic()
     tenant = await run_in_threadpool(domain.tenant_for_token, ctx.store, creds.credentials)
     if tenant is None:
         raise unauthorized
-    ctx.tokens.put(creds.credentials, tenant)
+    ctx.tokens.put(creds.credentials, tenant, checked_at)
     return Principal(tenant)
 
 
