@@ -5,10 +5,15 @@ checks against the real Slurm and Ray are in tests/enforce (test_enforce_slurm.p
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import hashlib
+import hmac
+import itertools
 import json
 import os
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -19,12 +24,13 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from evalstop.detectors import REGISTRY
+from evalstop.service import domain
 from evalstop.service.adapters._base import JobRef, NotOwned
 from evalstop.service.adapters._common import PIN_MARKER
 from evalstop.service.adapters._slurm import check_slurm_owner
 from evalstop.service.adapters._webhook import verify_signature
 from evalstop.service.app import create_app
-from evalstop.service.store import jobs, tenants
+from evalstop.service.store import jobs, service_secrets, tenants
 
 from ._support import ADMIN, Api, make_settings
 
@@ -446,3 +452,190 @@ def test_value_is_a_json_number_only(api: Api, value: Any) -> None:
         r = api.post(token, job_id, body)
         assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == "value", r.text
     assert api.post(token, job_id, {"step": 1, "value": 1}).status_code == 200  # an int is a number
+
+
+# -- issue 22, items 5, 6 and 7: token rotation and revocation; console sessions ------------------
+# (docs/service.md, "Tokens" and "Console sessions")
+TOKEN_BOUND_S = 1.0  # token_cache_s in these tests: the documented bound on refusing an old token
+
+
+@pytest.fixture
+def replicas(db_url: str) -> Iterator[tuple[Api, Api]]:
+    """Two replicas of one service on one database (SQLite file or PostgreSQL)."""
+    settings = make_settings(db_url, token_cache_s=TOKEN_BOUND_S)
+    with TestClient(create_app(settings)) as a, TestClient(create_app(settings)) as b:
+        yield Api(a), Api(b)
+
+
+def _token_call(api: Api, token: str, name: str, action: str, **body: Any) -> Any:
+    return api.client.post(f"/v1/tenants/{name}/token/{action}", json=body, headers=api.as_(token))
+
+
+_STEPS = itertools.count()  # every score in this section at a new, higher step
+
+
+def _score_status(api: Api, token: str, job_id: str) -> int:
+    return int(api.post(token, job_id, {"step": next(_STEPS), "value": 0.5}).status_code)
+
+
+def _refused_within(api: Api, token: str, job_id: str, bound_s: float) -> float:
+    """Seconds until ``api`` refuses ``token`` (401), polling; fails past ``bound_s`` + slack."""
+    started = time.monotonic()
+    while True:
+        if _score_status(api, token, job_id) == 401:
+            return time.monotonic() - started
+        assert time.monotonic() - started < bound_s + 2.0, "the old token is still accepted past the bound"
+        time.sleep(0.05)
+
+
+def test_a_rotated_or_revoked_token_is_refused_by_every_replica_within_the_bound(
+    replicas: tuple[Api, Api]
+) -> None:
+    a, b = replicas
+    old = tenant(a, "alice")
+    job_id = a.job(old)["id"]
+    for api in (a, b):  # each replica has the token in its cache
+        assert _score_status(api, old, job_id) == 200
+    rotated = _token_call(a, old, "alice", "rotate", reason="leaked in a log")  # the tenant itself
+    assert rotated.status_code == 200, rotated.text
+    new = rotated.json()["token"]
+    assert new != old and rotated.json()["previous_valid_until"] is None
+    assert _score_status(a, old, job_id) == 401  # the replica that rotated: at once
+    assert _refused_within(b, old, job_id, TOKEN_BOUND_S) <= TOKEN_BOUND_S + 0.5
+    assert _score_status(a, new, job_id) == 200 and _score_status(b, new, job_id) == 200
+    revoked = _token_call(b, ADMIN, "alice", "revoke", reason="offboarded")  # the operator
+    assert revoked.status_code == 200, revoked.text
+    assert _score_status(b, new, job_id) == 401
+    assert _refused_within(a, new, job_id, TOKEN_BOUND_S) <= TOKEN_BOUND_S + 0.5
+    assert a.client.get("/v1/jobs", headers=a.as_(new)).status_code == 401  # every route, not just scores
+    trail = a.client.get("/v1/tenants/alice/token/audit", headers=a.as_(ADMIN)).json()
+    assert [(t["action"], t["principal"], t["reason"]) for t in trail] == [
+        ("rotate", "tenant:alice", "leaked in a log"), ("revoke", "operator", "offboarded")]
+
+
+def test_a_tenant_rotates_or_revokes_only_its_own_token(svc: Api) -> None:
+    alice, mallory = tenant(svc, "alice"), tenant(svc, "mallory")
+    for action in ("rotate", "revoke"):
+        r = _token_call(svc, mallory, "alice", action)
+        assert r.status_code == 403 and "cannot" in r.json()["detail"], r.text
+    assert svc.client.get("/v1/tenants/alice/token/audit", headers=svc.as_(mallory)).status_code == 403
+    assert svc.client.get("/v1/jobs", headers=svc.as_(alice)).status_code == 200
+    assert _token_call(svc, ADMIN, "nobody", "rotate").status_code == 404
+    r = _token_call(svc, ADMIN, "alice", "rotate", grace_s=-1)
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == "grace_s"
+    assert _token_call(svc, mallory, "mallory", "revoke").status_code == 200  # its own: yes
+    assert _token_call(svc, mallory, "mallory", "rotate").status_code == 401  # and then it is out
+
+
+def test_a_rotation_grace_keeps_the_old_token_until_it_ends(svc: Api) -> None:
+    old = tenant(svc, "alice")
+    job_id = svc.job(old)["id"]
+    clock = {"now": svc.ctx.store.clock()}
+    svc.ctx.store.clock = lambda: clock["now"]
+    svc.ctx.tokens.ttl_s = 0.0  # every request asks the database: the grace, not the cache, decides
+    r = _token_call(svc, ADMIN, "alice", "rotate", grace_s=60)
+    new = r.json()["token"]
+    assert r.json()["previous_valid_until"] == clock["now"] + 60
+    assert _score_status(svc, old, job_id) == 200 and _score_status(svc, new, job_id) == 200
+    clock["now"] += 61
+    assert _score_status(svc, old, job_id) == 401 and _score_status(svc, new, job_id) == 200
+
+
+def test_a_cached_token_costs_no_database_read_per_score(
+    svc: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token = tenant(svc, "alice")
+    job_id = svc.job(token)["id"]
+    lookups: list[str] = []
+    original = domain.tenant_for_token
+    monkeypatch.setattr(domain, "tenant_for_token", lambda store, t: lookups.append(t) or original(store, t))
+    for _ in range(30):
+        assert _score_status(svc, token, job_id) == 200
+    assert len(lookups) <= 1  # the job registration cached it; at most one re-check per token_cache_s
+
+
+def _console_sign_in(client: TestClient, token: str) -> Any:
+    page = client.get("/ui/login")
+    csrf = page.text.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+    return client.post("/ui/login", data={"token": token, "name": "", "csrf": csrf}, follow_redirects=False)
+
+
+def _signed_in(client: TestClient) -> bool:
+    return client.get("/ui/jobs", follow_redirects=False).status_code == 200
+
+
+def test_rotating_or_revoking_a_token_ends_its_console_sessions_on_every_replica(
+    replicas: tuple[Api, Api]
+) -> None:
+    a, b = replicas
+    old = tenant(a, "alice")
+    assert _console_sign_in(a.client, old).status_code == 303
+    cookie = a.client.cookies["evalstop_session"]
+    with TestClient(b.client.app) as other:  # the same cookie on the other replica
+        other.cookies.set("evalstop_session", cookie)
+        assert _signed_in(a.client) and _signed_in(other)
+        new = _token_call(a, ADMIN, "alice", "rotate", grace_s=300).json()["token"]
+        assert not _signed_in(a.client) and not _signed_in(other)  # at once: the session row says so
+        assert _console_sign_in(other, old).status_code == 401  # an old token in its grace: not here
+        other.cookies.clear()
+        assert _console_sign_in(other, new).status_code == 303 and _signed_in(other)
+        _token_call(b, new, "alice", "revoke")
+        assert not _signed_in(other)
+
+
+def _main_cookie_mac(admin: str, payload: str) -> str:
+    """The MAC a cookie carried before: HMAC-SHA256 keyed by a function of the admin token alone."""
+    key = hmac.new(admin.encode(), b"evalstop console session v1", hashlib.sha256).digest()
+    mac = hmac.new(key, payload.encode(), hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(mac).decode().rstrip("=")
+
+
+def test_a_console_cookie_says_nothing_about_the_admin_token(tmp_path: Path) -> None:
+    urls = [f"sqlite:///{tmp_path / name}.db" for name in ("one", "two")]
+    with TestClient(create_app(make_settings(urls[0]))) as one, \
+            TestClient(create_app(make_settings(urls[1]))) as two:
+        assert _console_sign_in(one, ADMIN).status_code == 303
+        cookie = one.cookies["evalstop_session"]
+        payload, mac = cookie.split(".")
+        assert mac != _main_cookie_mac(ADMIN, payload)  # guessing the admin token offline: no oracle
+        two.cookies.set("evalstop_session", cookie)  # the same admin token, another database
+        assert not _signed_in(two)
+        keys = []
+        for url in urls:
+            engine = sa.create_engine(url)
+            with engine.connect() as conn:
+                keys.append(conn.execute(sa.select(service_secrets.c.value)).scalar_one())
+            engine.dispose()
+        assert keys[0] != keys[1] and all(len(bytes.fromhex(k)) == 32 for k in keys)
+        assert ADMIN not in cookie and len(payload) >= 43  # a random id of 256 bits, nothing else
+
+
+def test_a_copied_cookie_is_refused_after_sign_out_and_its_form_is_not_applied(svc: Api) -> None:
+    token = tenant(svc, "alice")
+    job = svc.job(token)
+    c = svc.client
+    assert _console_sign_in(c, token).status_code == 303
+    copied = c.cookies["evalstop_session"]
+    page = c.get(f"/ui/jobs/{job['id']}").text
+    csrf = page.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+    assert c.post("/ui/logout", data={"csrf": csrf}, follow_redirects=False).status_code == 303
+    with TestClient(c.app) as thief:
+        thief.cookies.set("evalstop_session", copied)
+        assert thief.get("/ui/jobs", follow_redirects=False).headers.get("location") == "/ui/login"
+        r = thief.post(f"/ui/jobs/{job['id']}/override",
+                       data={"action": "never_stop", "reason": "replayed", "csrf": csrf})
+        assert r.status_code == 401
+    after = c.get(f"/v1/jobs/{job['id']}", headers=svc.as_(token)).json()
+    assert after["override"] is None
+    assert c.get(f"/v1/jobs/{job['id']}/audit", headers=svc.as_(token)).json() == []
+
+
+def test_an_operator_session_ends_where_the_admin_token_changed(sqlite_url: str) -> None:
+    with TestClient(create_app(make_settings(sqlite_url))) as one, \
+            TestClient(create_app(make_settings(sqlite_url))) as same, \
+            TestClient(create_app(make_settings(sqlite_url, admin_token="a-new-admin-token"))) as rotated:
+        assert _console_sign_in(one, ADMIN).status_code == 303
+        for other in (same, rotated):
+            other.cookies.set("evalstop_session", one.cookies["evalstop_session"])
+        assert _signed_in(same)  # one database, one key: every replica accepts the session
+        assert not _signed_in(rotated)  # a replica restarted with a new admin token does not

@@ -19,20 +19,31 @@ from .worker import RetryPolicy, Worker
 
 
 class TokenCache:
-    """Known tenant tokens, by their sha256 (never the token itself), bounded. Tokens are never
-    revoked or reassigned in this version, so a hit is always still valid."""
+    """Tenant tokens this replica has seen, by their sha256 (never the token itself), bounded, each
+    trusted for ``ttl_s`` seconds after the database last said it was valid. A token rotated out
+    or revoked on another replica is therefore refused here within ``ttl_s`` (the request after
+    that goes to the database once and caches again), at the cost of one lookup per token per
+    ``ttl_s``, never one per request. A rotation or revocation on this replica forgets at once."""
 
-    def __init__(self, max_entries: int = 10_000) -> None:
-        self.max_entries = max_entries
-        self._by_hash: dict[str, str] = {}
+    def __init__(self, ttl_s: float = 5.0, max_entries: int = 10_000) -> None:
+        self.ttl_s, self.max_entries = ttl_s, max_entries
+        self._by_hash: dict[str, tuple[str, float]] = {}
 
     def get(self, token: str) -> str | None:
-        return self._by_hash.get(hash_token(token))
+        found = self._by_hash.get(hash_token(token))
+        return found[0] if found is not None and time.monotonic() - found[1] < self.ttl_s else None
 
-    def put(self, token: str, tenant: str) -> None:
+    def put(self, token: str, tenant: str, checked_at: float) -> None:
+        """Cache what the database said at ``checked_at`` (``time.monotonic()`` taken before the
+        read: a rotation that lands during the read is still refused within ``ttl_s``)."""
         if len(self._by_hash) >= self.max_entries:
             self._by_hash.clear()
-        self._by_hash[hash_token(token)] = tenant
+        self._by_hash[hash_token(token)] = (tenant, checked_at)
+
+    def forget_tenant(self, tenant: str) -> None:
+        """Drop every cached token of ``tenant`` (its token was just rotated or revoked here)."""
+        for digest in [d for d, (t, _) in list(self._by_hash.items()) if t == tenant]:
+            self._by_hash.pop(digest, None)
 
 
 @dataclass(frozen=True)
@@ -103,4 +114,5 @@ class ServiceContext:
         policies = PolicyCache(store, defaults, settings.policy_cache_s)
         # one bucket per tenant for all replicas on PostgreSQL; SQLite has one process
         buckets = SharedTokenBuckets(store) if store.shared else TokenBuckets()
-        return cls(settings, store, adapters, metrics, worker, policies, buckets=buckets)
+        return cls(settings, store, adapters, metrics, worker, policies, buckets=buckets,
+                   tokens=TokenCache(settings.token_cache_s))

@@ -97,7 +97,7 @@ def tenant_policy(store: Store, name: str) -> tuple[dict[str, Any] | None, dict[
 
 def tenant_for_token(store: Store, token: str) -> str | None:
     """The tenant whose token this is, or None. Compares hashes in constant time."""
-    return tenant_store.for_token_hash(store, hash_token(token))
+    return tenant_store.for_token_hash(store, hash_token(token), store.clock())
 
 
 def list_tenants(store: Store) -> list[dict[str, Any]]:

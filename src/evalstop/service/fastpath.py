@@ -4,7 +4,8 @@ Profiled at 1,000 single scores/s, FastAPI's routing and dependency solving cost
 storing the score and deciding. This ASGI middleware answers the request itself when it is the
 ordinary case: a JSON body that validates against the same pydantic type the route declares
 (:data:`~.schemas.ScoresBody`, validated the way FastAPI does: ``json.loads`` then python-mode
-validation), and a bearer token that is the admin token or already known. It then runs the same
+validation), and a bearer token that is the admin token or a tenant token this replica checked
+against the database within ``token_cache_s`` (no database read here). It then runs the same
 code as the route (:func:`.routes.ingest_reply`) and maps domain and database errors with the
 app's own handlers. Anything else (bad JSON, a validation error, another content type, an
 unknown or missing token) goes on to FastAPI untouched, with the body replayed, so every error

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
-from . import controls, domain, reports
+from . import controls, domain, reports, tokens
 from .context import ServiceContext
 from .errors import Forbidden, InvalidInput
 from .limits import check_rule_cost
@@ -34,6 +34,11 @@ from .schemas import (
     TenantIn,
     TenantOut,
     Toggle,
+    TokenEventOut,
+    TokenRevoked,
+    TokenRevokeIn,
+    TokenRotated,
+    TokenRotateIn,
 )
 from .scopes import checkpoint_allowed
 
@@ -64,8 +69,9 @@ Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 
 
 def known_principal(ctx: ServiceContext, token: str) -> Principal | None:
-    """The caller of ``token`` if it is the admin token or a cached tenant token, else None
-    (look the token up in the database then)."""
+    """The caller of ``token`` if it is the admin token or a tenant token this replica checked
+    within ``token_cache_s``, else None (look the token up in the database then). No database
+    read here: the fast path calls this on the event loop for every score."""
     admin = ctx.settings.admin_token
     if admin is not None and hmac.compare_digest(token.encode(), admin.get_secret_value().encode()):
         return Principal(None)
@@ -81,10 +87,11 @@ async def get_principal(ctx: Ctx, creds: Credentials) -> Principal:
     known = known_principal(ctx, creds.credentials)
     if known is not None:
         return known
+    checked_at = time.monotonic()
     tenant = await run_in_threadpool(domain.tenant_for_token, ctx.store, creds.credentials)
     if tenant is None:
         raise unauthorized
-    ctx.tokens.put(creds.credentials, tenant)
+    ctx.tokens.put(creds.credentials, tenant, checked_at)
     return Principal(tenant)
 
 
@@ -129,6 +136,32 @@ def set_tenant_shadow(name: str, body: Toggle, ctx: Ctx, who: Caller) -> dict[st
     domain.require_admin(who.tenant, "change a tenant's shadow mode")
     domain.set_tenant_shadow(ctx.store, name, body.enabled)
     return next(t for t in domain.list_tenants(ctx.store) if t["name"] == name)
+
+
+# -- tokens: rotate, revoke, their audit (service/tokens.py; docs/service.md "Tokens") -----------
+@router.post("/tenants/{name}/token/rotate", response_model=TokenRotated, tags=["tokens"])
+def rotate_token(name: str, body: TokenRotateIn, ctx: Ctx, who: Caller) -> dict[str, Any]:
+    """A new token for tenant ``name`` (an operator: any tenant; a tenant: itself), shown once.
+    The replaced token stays valid ``grace_s`` seconds; the tenant's console sessions end."""
+    actor = controls.Actor(who.tenant)
+    done = tokens.rotate(ctx.store, name, actor, grace_s=body.grace_s, reason=body.reason)
+    ctx.tokens.forget_tenant(name)  # this replica at once; the others within token_cache_s
+    return done
+
+
+@router.post("/tenants/{name}/token/revoke", response_model=TokenRevoked, tags=["tokens"])
+def revoke_token(name: str, body: TokenRevokeIn, ctx: Ctx, who: Caller) -> dict[str, Any]:
+    """Make tenant ``name``'s token invalid (an operator: any tenant; a tenant: itself); only an
+    operator's rotation gives it a token again. The tenant's console sessions end."""
+    done = tokens.revoke(ctx.store, name, controls.Actor(who.tenant), reason=body.reason)
+    ctx.tokens.forget_tenant(name)
+    return done
+
+
+@router.get("/tenants/{name}/token/audit", response_model=list[TokenEventOut], tags=["tokens"])
+def token_audit(name: str, ctx: Ctx, who: Caller) -> list[dict[str, Any]]:
+    """Who rotated or revoked the tenant's token, when, why."""
+    return tokens.history(ctx.store, name, controls.Actor(who.tenant))
 
 
 @router.post("/jobs", status_code=201, response_model=JobOut, tags=["jobs"])

@@ -169,3 +169,36 @@ class DecisionOut(BaseModel):
     best_score: float | None
     best_checkpoint_uri: str | None
     created_at: float
+
+
+# -- token rotation and revocation (service/tokens.py) ------------------------------------------
+class TokenRotateIn(Body):
+    grace_s: float = Field(default=0.0, ge=0, le=86_400, allow_inf_nan=False,
+                           description="Seconds the replaced token stays valid (0: none; at most a day).")
+    reason: str = Field(default="", max_length=1000, description="Why (kept in the tenant's token audit).")
+
+
+class TokenRevokeIn(Body):
+    reason: str = Field(default="", max_length=1000, description="Why (kept in the tenant's token audit).")
+
+
+class TokenRotated(BaseModel):
+    name: str
+    token: str = Field(description="The tenant's new API token. Shown once; only its hash is stored.")
+    previous_valid_until: float | None = Field(
+        description="Until when the replaced token is still accepted (null: no grace).")
+
+
+class TokenRevoked(BaseModel):
+    name: str
+    revoked_at: float
+
+
+class TokenEventOut(BaseModel):
+    action: Literal["rotate", "revoke"]
+    principal: str
+    actor: str
+    reason: str
+    channel: str
+    grace_s: float
+    created_at: float

@@ -1,11 +1,14 @@
-"""Console sign-in: a signed session cookie, checked again against the token store on every
-request, and CSRF tokens for every form.
+"""Console sign-in: server-side sessions named by a signed random id, and CSRF tokens for every
+form (docs/service.md, "Console sessions").
 
-The cookie holds the principal (operator or tenant), the sha256 of the token used to sign in,
-the name the person gave, a CSRF secret and an expiry, signed with HMAC-SHA256. The key is
-derived from the admin token (so every replica of one deployment accepts the same cookies and
-changing the admin token signs everyone out), or random per process when there is no admin token.
-Each request re-checks the token hash: a tenant whose token is no longer known is signed out.
+A sign-in adds a row to ``console_sessions`` (principal, the sha256 of the token used, the name the
+person gave, a random CSRF secret, created, expires, revoked) and sets a cookie holding only
+``<id>.<mac>``: a 256-bit random id and its HMAC-SHA256 under a random key that the first replica
+generated and stored in the database (``service_secrets``), so every replica accepts the same
+cookies. Nothing in the cookie depends on the admin token, so a cookie says nothing about it.
+The database holds only the sha256 of each id. Each request reads the session's row: signing
+out, or rotating or revoking the tenant's token, ends the session for every copy of its cookie.
+An operator session also ends when the admin token changes.
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import json
 import secrets
 import time
 from dataclasses import dataclass
@@ -21,11 +23,13 @@ from typing import Any
 
 from ..settings import ServiceSettings
 from ..store import Store
+from ..store import session as session_store
 from ..store import tenant as tenant_store
 
 SESSION_COOKIE = "evalstop_session"
 LOGIN_COOKIE = "evalstop_login_csrf"
 SESSION_S = 8 * 3600
+SECRET_NAME = "console-session"
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,7 @@ class Session:
     name: str
     csrf: str
     expires: float
+    sid: str = ""  # the random id the cookie carries (never stored; the database has its sha256)
 
     @property
     def admin(self) -> bool:
@@ -49,56 +54,54 @@ class ConsoleAuth:
     def __init__(self, settings: ServiceSettings, store: Store, clock: Any = time.time) -> None:
         admin = settings.admin_token
         self._admin_hash = None if admin is None else _sha256(admin.get_secret_value())
-        self._key = (hmac.new(admin.get_secret_value().encode(), b"evalstop console session v1",
-                              hashlib.sha256).digest() if admin is not None else secrets.token_bytes(32))
+        self._key = bytes.fromhex(session_store.shared_secret(store, SECRET_NAME))
         self.store, self.clock = store, clock
 
-    # -- sign-in -----------------------------------------------------------------------------
+    # -- sign-in and sign-out ------------------------------------------------------------------
     def sign_in(self, token: str, name: str) -> Session | None:
-        """A new session for ``token`` (the admin token or a tenant's), or None if it is neither."""
+        """A new session for ``token`` (the admin token or a tenant's current token, not one in
+        its rotation grace), or None if it is neither."""
         digest = _sha256(token)
         if self._admin_hash is not None and hmac.compare_digest(digest, self._admin_hash):
             tenant = None
         else:
-            found = self._tenant_for_hash(digest)
+            found = tenant_store.for_token_hash(self.store, digest, self.clock(), grace=False)
             if found is None:
                 return None
             tenant = found
-        return Session(tenant, digest, name.strip()[:80], secrets.token_urlsafe(24), self.clock() + SESSION_S)
+        now = self.clock()
+        s = Session(tenant, digest, name.strip()[:80], secrets.token_urlsafe(24), now + SESSION_S,
+                    secrets.token_urlsafe(32))
+        session_store.create(self.store, {
+            "id_hash": _sha256(s.sid), "tenant": tenant, "token_hash": digest, "name": s.name,
+            "csrf": s.csrf, "created_at": now, "expires_at": s.expires})
+        return s
 
-    def _tenant_for_hash(self, digest: str) -> str | None:
-        return tenant_store.for_token_hash(self.store, digest)
+    def sign_out(self, s: Session) -> None:
+        session_store.revoke(self.store, _sha256(s.sid), self.clock())
 
     # -- the cookie ----------------------------------------------------------------------------
     def encode(self, s: Session) -> str:
-        body = json.dumps({"t": s.tenant, "h": s.token_hash, "n": s.name, "c": s.csrf, "e": s.expires},
-                          separators=(",", ":")).encode()
-        payload = base64.urlsafe_b64encode(body).decode().rstrip("=")
-        return f"{payload}.{self._sign(payload)}"
+        return f"{s.sid}.{self._sign(s.sid)}"
 
     def decode(self, cookie: str | None) -> Session | None:
-        """The session in ``cookie`` if its signature is good, it has not expired and its token
-        is still the admin token or a known tenant's; else None."""
+        """The session ``cookie`` names if its MAC is good (a forged cookie costs no database
+        read) and its row is neither revoked nor expired; else None."""
         if not cookie or cookie.count(".") != 1:
             return None
-        payload, signature = cookie.split(".")
-        if not hmac.compare_digest(signature, self._sign(payload)):
+        sid, mac = cookie.split(".")
+        if not hmac.compare_digest(mac, self._sign(sid)):
             return None
-        try:
-            data = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-            s = Session(data["t"], str(data["h"]), str(data["n"]), str(data["c"]), float(data["e"]))
-        except (ValueError, KeyError, TypeError):
+        row = session_store.live(self.store, _sha256(sid), self.clock())
+        if row is None:
             return None
-        if s.expires < self.clock():
-            return None
-        if s.tenant is None:
-            still = self._admin_hash is not None and hmac.compare_digest(s.token_hash, self._admin_hash)
-        else:
-            still = self._tenant_for_hash(s.token_hash) == s.tenant
-        return s if still else None
+        if row["tenant"] is None and not (
+                self._admin_hash is not None and hmac.compare_digest(row["token_hash"], self._admin_hash)):
+            return None  # signed in with an admin token this replica no longer has
+        return Session(row["tenant"], row["token_hash"], row["name"], row["csrf"], row["expires_at"], sid)
 
-    def _sign(self, payload: str) -> str:
-        mac = hmac.new(self._key, payload.encode(), hashlib.sha256).digest()
+    def _sign(self, sid: str) -> str:
+        mac = hmac.new(self._key, b"evalstop console session v2|" + sid.encode(), hashlib.sha256).digest()
         return base64.urlsafe_b64encode(mac).decode().rstrip("=")
 
 

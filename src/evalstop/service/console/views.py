@@ -116,6 +116,8 @@ async def logout(request: Request) -> Response:
     form = await _form(request)
     if session is not None and not (_same_origin(request) and csrf_ok(session.csrf, form.get("csrf"))):
         return render("error.html", 403, session=session, message="Bad or missing CSRF token.")
+    if session is not None:  # ends the session server-side: a copy of the cookie is refused too
+        await run_in_threadpool(_auth(request).sign_out, session)
     response = _to_login()
     response.delete_cookie(SESSION_COOKIE, path="/ui")
     return response

@@ -7,7 +7,8 @@ package, and nothing outside it imports SQLAlchemy or a database driver
   (SQLite's group commit), :mod:`.migrate` and ``migrations/`` (Alembic);
 - one module per aggregate: :mod:`.job`, :mod:`.score` (new scores and the job's monitor state,
   written together), :mod:`.decision`, :mod:`.trail` (audit), :mod:`.tenant`, :mod:`.bucket`,
-  :mod:`.delivery` (the outbox), and the read models :mod:`.report` and :mod:`.listing`;
+  :mod:`.delivery` (the outbox), :mod:`.session` (console sessions, shared secrets), and the
+  read models :mod:`.report` and :mod:`.listing`;
   :mod:`.lock` (a session lock for one leader); :mod:`.statements` (the hot path's prebuilt SQL).
 """
 
@@ -16,18 +17,21 @@ from __future__ import annotations
 from .engine import Conn, DatabaseError, DatabaseUnavailable, Limits, Store, open_store, sqlite_file
 from .tables import (
     audit,
+    console_sessions,
     decisions,
     delivery_events,
     jobs,
     metadata,
     outbox,
     scores,
+    service_secrets,
     tenant_buckets,
     tenants,
+    token_events,
 )
 
 __all__ = [
-    "Conn", "DatabaseError", "DatabaseUnavailable", "Limits", "Store", "audit", "decisions",
-    "delivery_events", "jobs", "metadata", "open_store", "outbox", "scores", "sqlite_file",
-    "tenant_buckets", "tenants",
+    "Conn", "DatabaseError", "DatabaseUnavailable", "Limits", "Store", "audit", "console_sessions",
+    "decisions", "delivery_events", "jobs", "metadata", "open_store", "outbox", "scores",
+    "service_secrets", "sqlite_file", "tenant_buckets", "tenants", "token_events",
 ]

@@ -18,6 +18,11 @@ tenants = sa.Table(
     sa.Column("scope", sa.JSON, nullable=True),
     #: rate limit and size quota overrides (:class:`~evalstop.service.fairness.Quota`); NULL = defaults
     sa.Column("quota", sa.JSON, nullable=True),
+    #: token rotation and revocation (issue 22; store/tenant.py): the token replaced by the last
+    #: rotation, valid until ``previous_valid_until`` (its grace); and when the token was revoked
+    sa.Column("previous_token_hash", sa.String(64), nullable=True, index=True),
+    sa.Column("previous_valid_until", sa.Float, nullable=True),
+    sa.Column("token_revoked_at", sa.Float, nullable=True),
 )
 
 #: Each tenant's token bucket where replicas share it (PostgreSQL; ``fairness.SharedTokenBuckets``):
@@ -147,5 +152,47 @@ delivery_events = sa.Table(
     sa.Column("phase", sa.String(16), nullable=False),
     sa.Column("attempts", sa.Integer, nullable=False),
     sa.Column("error", sa.String(1000), nullable=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+
+
+# -- tokens and console sessions (issue 22, items 5-7; store/tenant.py, store/session.py) ----------
+#: Every rotation and revocation of a tenant's API token: who, when, why, through what.
+token_events = sa.Table(
+    "token_events",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("tenant", sa.String(64), sa.ForeignKey("tenants.name"), nullable=False, index=True),
+    sa.Column("action", sa.String(16), nullable=False),  # "rotate" | "revoke"
+    sa.Column("principal", sa.String(80), nullable=False),  # "operator" or "tenant:NAME"
+    sa.Column("actor", sa.String(200), nullable=False),
+    sa.Column("reason", sa.String(1000), nullable=False),
+    sa.Column("channel", sa.String(16), nullable=False),
+    sa.Column("grace_s", sa.Float, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+
+#: Console sessions, server-side: the cookie carries the random id; the row holds only its sha256.
+console_sessions = sa.Table(
+    "console_sessions",
+    metadata,
+    sa.Column("id_hash", sa.String(64), primary_key=True),
+    sa.Column("tenant", sa.String(64), nullable=True, index=True),  # NULL: operator
+    #: sha256 of the token signed in with (an operator session ends when the admin token changes)
+    sa.Column("token_hash", sa.String(64), nullable=False),
+    sa.Column("name", sa.String(80), nullable=False),
+    sa.Column("csrf", sa.String(64), nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("expires_at", sa.Float, nullable=False, index=True),
+    sa.Column("revoked_at", sa.Float, nullable=True),
+)
+
+#: Random secrets shared by every replica, generated once by whichever replica needs one first
+#: (``console-session``: the key that signs console cookies).
+service_secrets = sa.Table(
+    "service_secrets",
+    metadata,
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("value", sa.String(128), nullable=False),
     sa.Column("created_at", sa.Float, nullable=False),
 )

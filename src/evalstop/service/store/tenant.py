@@ -1,4 +1,5 @@
-"""The tenants aggregate: create, read, change; look a token's hash up."""
+"""The tenants aggregate: create, read, change; look a token's hash up; rotate and revoke a
+tenant's token (with its audit row and the end of its console sessions, in one transaction)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 
 from ..errors import Conflict, NotFound
 from .engine import Store
-from .tables import tenants
+from .tables import console_sessions, tenants, token_events
 
 
 def create(store: Store, values: Mapping[str, Any]) -> None:
@@ -37,14 +39,78 @@ def policy(store: Store, name: str) -> tuple[Any, Any]:
     return found.scope, found.quota
 
 
-def for_token_hash(store: Store, digest: str) -> str | None:
-    """The tenant whose token has this sha256, or None (compared in constant time)."""
+def for_token_hash(store: Store, digest: str, now: float, *, grace: bool = True) -> str | None:
+    """The tenant whose token has this sha256, or None (compared in constant time). A revoked
+    token is no one's; a token replaced by a rotation is still its tenant's until the end of the
+    rotation's grace (``grace``; the console does not accept it at sign-in)."""
+    valid = sa.and_(tenants.c.token_hash == digest, tenants.c.token_revoked_at.is_(None))
+    if grace:
+        valid = sa.or_(valid, sa.and_(tenants.c.previous_token_hash == digest,
+                                      tenants.c.previous_valid_until > now))
     with store.reading() as conn:
-        found = conn.execute(sa.select(tenants.c.name, tenants.c.token_hash)
-                             .where(tenants.c.token_hash == digest)).first()
-    if found is None or not hmac.compare_digest(found.token_hash, digest):
+        found = conn.execute(sa.select(tenants.c.name, tenants.c.token_hash, tenants.c.previous_token_hash)
+                             .where(valid)).first()
+    if found is None:
         return None
-    return str(found.name)
+    stored = found.token_hash if found.token_hash == digest else (found.previous_token_hash or "")
+    return str(found.name) if hmac.compare_digest(stored, digest) else None
+
+
+def rotate_token(
+    store: Store, name: str, digest: str, grace_s: float, event: Mapping[str, Any]
+) -> float | None:
+    """Give the tenant the token with sha256 ``digest``; the replaced one stays valid ``grace_s``
+    seconds unless it was revoked (read and replaced in one statement, so two rotations at once
+    cannot both keep a grace for the same token). Returns until when it stays valid, or None."""
+    now = store.clock()
+    live = tenants.c.token_revoked_at.is_(None)
+    keep = grace_s > 0
+    values = {"token_hash": digest, "token_revoked_at": None,
+              "previous_token_hash": sa.case((live, tenants.c.token_hash), else_=None) if keep else None,
+              "previous_valid_until": sa.case((live, now + grace_s), else_=None) if keep else None}
+    with store.transaction() as conn:
+        kept = conn.execute(sa.select(live).where(tenants.c.name == name)).scalar()
+        _change_token(conn, name, now, values, {**event, "grace_s": grace_s if keep and kept else 0.0})
+    return now + grace_s if keep and kept else None
+
+
+def revoke_token(store: Store, name: str, event: Mapping[str, Any]) -> float:
+    """Make the tenant's token, and any still in a rotation's grace, no one's. Returns when."""
+    now = store.clock()
+    values = {"token_revoked_at": now, "previous_token_hash": None, "previous_valid_until": None}
+    with store.transaction() as conn:
+        _change_token(conn, name, now, values, {**event, "grace_s": 0.0})
+    return float(now)
+
+
+def _change_token(conn: Connection, name: str, now: float, values: Mapping[str, Any],
+                  event: Mapping[str, Any]) -> None:
+    """Set the token columns, record ``event`` and end the tenant's console sessions (in the
+    caller's transaction)."""
+    done = conn.execute(tenants.update().where(tenants.c.name == name).values(**values))
+    if done.rowcount == 0:
+        raise NotFound(f"Tenant {name!r} not found.")
+    conn.execute(token_events.insert().values(tenant=name, created_at=now, **event))
+    conn.execute(console_sessions.update()
+                 .where(console_sessions.c.tenant == name, console_sessions.c.revoked_at.is_(None))
+                 .values(revoked_at=now))
+
+
+def exists(store: Store, name: str) -> None:
+    """NotFound unless tenant ``name`` exists."""
+    with store.reading() as conn:
+        if conn.execute(sa.select(tenants.c.name).where(tenants.c.name == name)).first() is None:
+            raise NotFound(f"Tenant {name!r} not found.")
+
+
+def token_history(store: Store, name: str) -> list[dict[str, Any]]:
+    """The tenant's token rotations and revocations, oldest first."""
+    query = (sa.select(token_events.c.action, token_events.c.principal, token_events.c.actor,
+                       token_events.c.reason, token_events.c.channel, token_events.c.grace_s,
+                       token_events.c.created_at)
+             .where(token_events.c.tenant == name).order_by(token_events.c.id))
+    with store.reading() as conn:
+        return [dict(r) for r in conn.execute(query).mappings().all()]
 
 
 def list_all(store: Store) -> list[dict[str, Any]]:
