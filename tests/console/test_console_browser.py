@@ -212,7 +212,7 @@ def test_a_failed_stop_shows_its_error_and_the_retry_button_delivers_it(page: An
     page.reload()
     assert page.inner_text("#job-state") == "stopped"
     assert [h["phase"] for h in world.get(world.a, f"/v1/jobs/{job}/delivery-history")] == [
-        "queued", "failed", "retry", "signal", "reconcile", "done"]
+        "queued", "pin", "failed", "retry", "pin", "signal", "reconcile", "done"]
     audit = page.inner_text("#audit")
     assert "retry_stop" in audit and "receiver restarted" in audit and "alice" in audit
 
