@@ -130,7 +130,9 @@ def test_a_stopped_jobs_curve_has_both_markers_at_the_decisions_steps(page: Any,
     counted = page.eval_on_selector_all("circle.counted", "cs => cs.map(c => Number(c.dataset.step))")
     assert len(counted) == 3 and max(counted) == decision["step"]  # k=3 declines, the last one at the stop
     assert page.inner_text("#job-state") == "stopped"
-    assert "done" in page.inner_text("#delivery-history")
+    phases = page.eval_on_selector_all("#delivery-history tbody td:nth-child(2)",
+                                       "cs => cs.map(c => c.innerText)")
+    assert phases[:3] == ["queued", "pin", "signal"] and phases[-1] == "done"  # the pin row (item 11)
     shot = screenshot(page, "job.png")
     assert shot.stat().st_size > 10_000
 
@@ -328,3 +330,33 @@ def test_chart_labels_stay_inside_and_off_the_lines(browser: Any, world: World) 
         assert legend and max(legend) <= plot_top  # the legend sits above every line
     finally:
         page.close()
+
+
+def test_a_released_job_shows_as_released_and_adds_nothing_to_reclaimed(page: Any, world: World) -> None:
+    """A job released by hand after its stop failed added its GPU-hours to "reclaimed" and showed
+    as "stopped" (issue 22, console item 1)."""
+    world.down.touch()  # the receiver is down (again)
+    job = world._job(world.a, "a-falcon-released-by-hand", detector="evalstop:k=3,against=best",
+                     target="receiver-down", gpus=8, expected_duration_s=86_400)
+    world._post(world.a, job, hacked_curve(30, 15))
+    wait_for(lambda: world.get(world.a, f"/v1/jobs/{job}")["state"] == "stop_failed", 20, "the stop to fail")
+    before = {t["tenant"]: t for t in world.get(world.admin, "/v1/reports/reclaimed")}["team-a"]
+    sign_in(page, world, world.a["token"], "alice")
+    page.goto(f"{world.base}/ui/jobs/{job}")
+    page.fill("#release-form input[name=reason]", "killed with ray job stop by hand")
+    page.click("#release")
+    page.wait_for_url(f"**/ui/jobs/{job}")
+    assert page.inner_text("#job-state") == "released"
+    assert "killed with ray job stop by hand" in page.inner_text("#released-note")
+    assert world.get(world.a, f"/v1/jobs/{job}")["state"] == "stopped"  # the API's state is unchanged
+    page.goto(world.base + "/ui/jobs?state=released")
+    assert listed_ids(page) == {job}
+    assert page.inner_text(f"#job-rows tr[data-job-id='{job}'] .state") == "released"
+    after = {t["tenant"]: t for t in world.get(world.admin, "/v1/reports/reclaimed")}["team-a"]
+    assert after["gpu_hours"] == before["gpu_hours"] and after["stopped_jobs"] == before["stopped_jobs"]
+    assert after["released_jobs"] == before["released_jobs"] + 1
+    assert job not in [j["job_id"] for j in after["jobs"]]
+    page.goto(world.base + "/ui/savings")
+    row = page.locator("#reclaimed tr[data-tenant='team-a']")
+    assert row.locator(".gpu-hours").inner_text() == f"{after['gpu_hours']:.2f}"
+    assert row.locator(".n-released").inner_text() == str(after["released_jobs"])
