@@ -7,6 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
+
+from evalstop.detectors import Eval, Monitor, OnDetect
+from evalstop.service.store.tables import jobs
 
 from ._support import ADMIN, screenshot, wait_for
 
@@ -360,3 +364,44 @@ def test_a_released_job_shows_as_released_and_adds_nothing_to_reclaimed(page: An
     row = page.locator("#reclaimed tr[data-tenant='team-a']")
     assert row.locator(".gpu-hours").inner_text() == f"{after['gpu_hours']:.2f}"
     assert row.locator(".n-released").inner_text() == str(after["released_jobs"])
+
+
+def test_a_rewound_job_is_drawn_in_segments_with_its_rewinds(page: Any, world: World) -> None:
+    """Issue 23: a job whose monitor rewound is drawn as one segment per attempt, each rewind
+    marked with its checkpoint step and correction; the monitor is stored as ingest stores it."""
+    job = world._job(world.a, "a-olmo-grpo-rewound", detector="evalstop:k=3,against=best", gpus=4)
+    r = world.http.put(f"/v1/jobs/{job}/override", json={"override": "never_stop", "reason": "rewinds"},
+                       headers=world.auth(world.a))
+    assert r.status_code == 200, r.text
+    monitor = Monitor("evalstop:k=3,against=best",
+                      policy=OnDetect(on_detect="rewind", max_rewinds=1, correction="kl_coef*=2"))
+    curve: list[dict[str, Any]] = []
+    for e in hacked_curve(30, 14):  # the first attempt, up to the detection
+        curve.append(e)
+        monitor.observe(Eval(e["step"], e["value"]), e["checkpoint_uri"])
+        if monitor.action == "rewind":
+            break
+    best, step = monitor.rewind().best_score, curve[-1]["step"]
+    assert best is not None
+    for i in range(1, 15):  # after the rewind: a little higher, then it falls again (k=3 fires)
+        at, value = step + 100 * i, round(best + 0.004 * min(i, 6) - 0.03 * max(0, i - 6), 4)
+        curve.append({"step": at, "value": value, "checkpoint_uri": f"s3://ckpt/run/{at}"})
+        monitor.observe(Eval(at, value), curve[-1]["checkpoint_uri"])
+    assert [e["event"] for e in monitor.log] == ["detect", "rewind", "detect", "stop"]
+    world._post(world.a, job, curve)
+    engine = sa.create_engine(f"sqlite:///{world.down.parent / 'evalstop.db'}")
+    with engine.begin() as conn:
+        conn.execute(sa.update(jobs).where(jobs.c.id == job).values(monitor_state=monitor.to_json()))
+    engine.dispose()
+    sign_in(page, world, world.a["token"], "alice")
+    page.goto(f"{world.base}/ui/jobs/{job}")
+    attempts = page.eval_on_selector_all("#curve polyline.attempt", "ps => ps.map(p => p.dataset.attempt)")
+    assert attempts == ["1", "2"]
+    rewind = monitor.log[1]
+    mark = page.locator("#curve g.marker-rewind")
+    assert mark.get_attribute("data-step") == str(rewind["step"])
+    assert mark.get_attribute("data-to-step") == str(rewind["to_step"])
+    assert mark.get_attribute("data-correction") == "kl_coef*=2"
+    assert mark.locator("text").text_content() == f"rewind 1 to step {rewind['to_step']} (kl_coef*=2)"
+    assert "Rewind 1" in page.inner_text("[data-live=decision]")
+    screenshot(page, "job-rewind.png")

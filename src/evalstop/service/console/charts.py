@@ -171,13 +171,15 @@ def _rewind_marker(
               f'stroke-dasharray="2 2"/>' if after is not None else ""
         jump = f'<circle cx="{rx}" cy="{ry}" r="4" fill="#9467bd"/>{end}'
     text = f"rewind {r.number} to step {r.to_step}" + (f" ({r.correction})" if r.correction else "")
+    # labelled at the foot of the plot: the stop and best-checkpoint labels sit near its top
     right = rx + 4 + _text_width(text) <= WIDTH - RIGHT
     tx, anchor = (rx + 4, "start") if right else (rx - 4, "end")
     return (f'<g class="marker-rewind" data-step="{r.step}" data-to-step="{r.to_step}" '
             f'data-correction="{escape(r.correction)}" data-checkpoint="{escape(r.checkpoint or "")}">'
             f'<line x1="{rx}" y1="{TOP}" x2="{rx}" y2="{HEIGHT - BOTTOM}" stroke="#9467bd" '
             f'stroke-width="1.5" stroke-dasharray="6 3"/>{jump}'
-            f'<text x="{tx}" y="{TOP + 24 + 13 * row}" text-anchor="{anchor}" font-size="11" fill="#9467bd">'
+            f'<text x="{tx}" y="{HEIGHT - BOTTOM - 6 - 13 * row}" text-anchor="{anchor}" font-size="11" '
+            f'fill="#9467bd">'
             f'{escape(text)}</text></g>')
 
 
