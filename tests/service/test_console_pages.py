@@ -52,7 +52,8 @@ def test_the_list_is_paged_by_the_database(api_any_db: Api) -> None:
     assert len(rows_of(api)) == 50  # the default page size; no 500-row cap, no "narrow the filters"
 
 
-def test_decisions_sort_by_kind_then_step_as_numbers(api: Api) -> None:
+def test_decisions_sort_by_kind_then_step_as_numbers(api_any_db: Api) -> None:
+    api = api_any_db
     token = api.tenant("acme")
     by_step = {}
     for step in (750, 700, 2200):
@@ -75,6 +76,9 @@ def test_decisions_sort_by_kind_then_step_as_numbers(api: Api) -> None:
     assert "stop at step 2200" in html and "shadow stop at step 5000" in html
     assert "stop now (override)" in html
     assert rows_of(api, sort="decision", dir="asc", per=10, page=1)[:3] == ascending[:3]
+    by_state = rows_of(api, sort="state", dir="asc")  # the shown state sorts in SQL too
+    assert set(by_state[:2]) == {quiet, shadowed["id"]}  # running, before the four stopping
+    assert rows_of(api, sort="last_step", dir="desc")[0] == shadowed["id"]  # step 5000
 
 
 def test_the_job_page_shows_the_stored_monitors_next_eval_hint(api: Api) -> None:
