@@ -99,6 +99,10 @@ def test_the_job_page_shows_the_stored_monitors_next_eval_hint(api: Api) -> None
     falling = [{"step": s, "value": (80 - s) / 100} for s in (30, 40, 50)]
     api.post(token, job["id"], {"scores": falling})  # three declines: the rule fires
     assert 'id="next-eval-done"' in api.client.get(f"/ui/jobs/{job['id']}").text
+    with api.ctx.store.transaction() as conn:  # unreadable: rebuilt from the history, the page still shows
+        conn.execute(sa.update(jobs).where(jobs.c.id == job["id"]).values(monitor_state={"format": 99}))
+    broken = api.client.get(f"/ui/jobs/{job['id']}")
+    assert broken.status_code == 200 and 'id="next-eval-when"' in broken.text  # this history: not fired
 
 
 def store_monitor(api: Api, job_id: str, monitor: Monitor) -> None:

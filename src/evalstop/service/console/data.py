@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...detectors import Eval, Monitor, NextEval, parse_spec
+from ...detectors import Detector, Eval, Monitor, NextEval, parse_spec
 from .. import controls, domain
 from ..store import Store, listing
 from .charts import curve_svg
@@ -136,9 +136,7 @@ def job_page(store: Store, job_id: str, tenant: str | None) -> JobPage:
     rows = domain.list_scores(store, job_id, tenant, limit=store.limits.max_history)
     evals = [Eval(r["step"], r["value"], r["progress"], r["loss"]) for r in rows]
     detector = parse_spec(job["detector"])
-    monitor = Monitor.from_json(saved, detector) if saved is not None else Monitor(detector)
-    if saved is None:
-        monitor.observe_many(evals)
+    monitor = _stored_monitor(saved, detector, evals)
     evidence = explain(detector, evals, monitor.policy, monitor.rewinds)
     found = domain.list_decisions(store, job_id, tenant)
     audit = controls.list_audit(store, job_id, tenant)
@@ -152,6 +150,19 @@ def job_page(store: Store, job_id: str, tenant: str | None) -> JobPage:
                       stop_step=marker["stop_step"], stop_label=marker["label"])
     return JobPage(job, found, controls.delivery_history(store, job_id, tenant), audit, chart,
                    evidence.verdict, evidence, shown, marker, tenant_shadow, monitor.next_eval(), released)
+
+
+def _stored_monitor(saved: Any, detector: Detector, evals: list[Eval]) -> Monitor:
+    """The job's monitor as ingest stored it; rebuilt from the history when there is none (a job
+    registered before monitors were stored) or it cannot be read (the page still shows)."""
+    try:
+        if saved is not None:
+            return Monitor.from_json(saved, detector)
+    except (ValueError, KeyError, TypeError):
+        pass
+    monitor = Monitor(detector)
+    monitor.observe_many(evals)
+    return monitor
 
 
 def _marker(shown: dict[str, Any] | None, verdict: Any) -> dict[str, Any]:
