@@ -7,6 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
+
+from evalstop.detectors import Eval, Monitor, OnDetect
+from evalstop.service.store.tables import jobs
 
 from ._support import ADMIN, screenshot, wait_for
 
@@ -130,7 +134,9 @@ def test_a_stopped_jobs_curve_has_both_markers_at_the_decisions_steps(page: Any,
     counted = page.eval_on_selector_all("circle.counted", "cs => cs.map(c => Number(c.dataset.step))")
     assert len(counted) == 3 and max(counted) == decision["step"]  # k=3 declines, the last one at the stop
     assert page.inner_text("#job-state") == "stopped"
-    assert "done" in page.inner_text("#delivery-history")
+    phases = page.eval_on_selector_all("#delivery-history tbody td:nth-child(2)",
+                                       "cs => cs.map(c => c.innerText)")
+    assert phases[:3] == ["queued", "pin", "signal"] and phases[-1] == "done"  # the pin row (item 11)
     shot = screenshot(page, "job.png")
     assert shot.stat().st_size > 10_000
 
@@ -212,7 +218,7 @@ def test_a_failed_stop_shows_its_error_and_the_retry_button_delivers_it(page: An
     page.reload()
     assert page.inner_text("#job-state") == "stopped"
     assert [h["phase"] for h in world.get(world.a, f"/v1/jobs/{job}/delivery-history")] == [
-        "queued", "failed", "retry", "signal", "reconcile", "done"]
+        "queued", "pin", "failed", "retry", "pin", "signal", "reconcile", "done"]
     audit = page.inner_text("#audit")
     assert "retry_stop" in audit and "receiver restarted" in audit and "alice" in audit
 
@@ -328,3 +334,74 @@ def test_chart_labels_stay_inside_and_off_the_lines(browser: Any, world: World) 
         assert legend and max(legend) <= plot_top  # the legend sits above every line
     finally:
         page.close()
+
+
+def test_a_released_job_shows_as_released_and_adds_nothing_to_reclaimed(page: Any, world: World) -> None:
+    """A job released by hand after its stop failed added its GPU-hours to "reclaimed" and showed
+    as "stopped" (issue 22, console item 1)."""
+    world.down.touch()  # the receiver is down (again)
+    job = world._job(world.a, "a-falcon-released-by-hand", detector="evalstop:k=3,against=best",
+                     target="receiver-down", gpus=8, expected_duration_s=86_400)
+    world._post(world.a, job, hacked_curve(30, 15))
+    wait_for(lambda: world.get(world.a, f"/v1/jobs/{job}")["state"] == "stop_failed", 20, "the stop to fail")
+    before = {t["tenant"]: t for t in world.get(world.admin, "/v1/reports/reclaimed")}["team-a"]
+    sign_in(page, world, world.a["token"], "alice")
+    page.goto(f"{world.base}/ui/jobs/{job}")
+    page.fill("#release-form input[name=reason]", "killed with ray job stop by hand")
+    page.click("#release")
+    page.wait_for_url(f"**/ui/jobs/{job}")
+    assert page.inner_text("#job-state") == "released"
+    assert "killed with ray job stop by hand" in page.inner_text("#released-note")
+    assert world.get(world.a, f"/v1/jobs/{job}")["state"] == "stopped"  # the API's state is unchanged
+    page.goto(world.base + "/ui/jobs?state=released")
+    assert listed_ids(page) == {job}
+    assert page.inner_text(f"#job-rows tr[data-job-id='{job}'] .state") == "released"
+    after = {t["tenant"]: t for t in world.get(world.admin, "/v1/reports/reclaimed")}["team-a"]
+    assert after["gpu_hours"] == before["gpu_hours"] and after["stopped_jobs"] == before["stopped_jobs"]
+    assert after["released_jobs"] == before["released_jobs"] + 1
+    assert job not in [j["job_id"] for j in after["jobs"]]
+    page.goto(world.base + "/ui/savings")
+    row = page.locator("#reclaimed tr[data-tenant='team-a']")
+    assert row.locator(".gpu-hours").inner_text() == f"{after['gpu_hours']:.2f}"
+    assert row.locator(".n-released").inner_text() == str(after["released_jobs"])
+
+
+def test_a_rewound_job_is_drawn_in_segments_with_its_rewinds(page: Any, world: World) -> None:
+    """Issue 23: a job whose monitor rewound is drawn as one segment per attempt, each rewind
+    marked with its checkpoint step and correction; the monitor is stored as ingest stores it."""
+    job = world._job(world.a, "a-olmo-grpo-rewound", detector="evalstop:k=3,against=best", gpus=4)
+    r = world.http.put(f"/v1/jobs/{job}/override", json={"override": "never_stop", "reason": "rewinds"},
+                       headers=world.auth(world.a))
+    assert r.status_code == 200, r.text
+    monitor = Monitor("evalstop:k=3,against=best",
+                      policy=OnDetect(on_detect="rewind", max_rewinds=1, correction="kl_coef*=2"))
+    curve: list[dict[str, Any]] = []
+    for e in hacked_curve(30, 14):  # the first attempt, up to the detection
+        curve.append(e)
+        monitor.observe(Eval(e["step"], e["value"]), e["checkpoint_uri"])
+        if monitor.action == "rewind":
+            break
+    best, step = monitor.rewind().best_score, curve[-1]["step"]
+    assert best is not None
+    for i in range(1, 15):  # after the rewind: a little higher, then it falls again (k=3 fires)
+        at, value = step + 100 * i, round(best + 0.004 * min(i, 6) - 0.03 * max(0, i - 6), 4)
+        curve.append({"step": at, "value": value, "checkpoint_uri": f"s3://ckpt/run/{at}"})
+        monitor.observe(Eval(at, value), curve[-1]["checkpoint_uri"])
+    assert [e["event"] for e in monitor.log] == ["detect", "rewind", "detect", "stop"]
+    world._post(world.a, job, curve)
+    engine = sa.create_engine(f"sqlite:///{world.down.parent / 'evalstop.db'}")
+    with engine.begin() as conn:
+        conn.execute(sa.update(jobs).where(jobs.c.id == job).values(monitor_state=monitor.to_json()))
+    engine.dispose()
+    sign_in(page, world, world.a["token"], "alice")
+    page.goto(f"{world.base}/ui/jobs/{job}")
+    attempts = page.eval_on_selector_all("#curve polyline.attempt", "ps => ps.map(p => p.dataset.attempt)")
+    assert attempts == ["1", "2"]
+    rewind = monitor.log[1]
+    mark = page.locator("#curve g.marker-rewind")
+    assert mark.get_attribute("data-step") == str(rewind["step"])
+    assert mark.get_attribute("data-to-step") == str(rewind["to_step"])
+    assert mark.get_attribute("data-correction") == "kl_coef*=2"
+    assert mark.locator("text").text_content() == f"rewind 1 to step {rewind['to_step']} (kl_coef*=2)"
+    assert "Rewind 1" in page.inner_text("[data-live=decision]")
+    screenshot(page, "job-rewind.png")

@@ -61,8 +61,8 @@ def test_a_failed_stop_has_its_errors_in_the_history_and_can_be_retried(api_any_
     assert api.client.get(url, headers=api.as_(token)).json()["state"] == "stopped"
     history = api.client.get(f"{url}/delivery-history", headers=api.as_(token)).json()
     phases = [h["phase"] for h in history]
-    assert phases == ["queued", "failed", "retry", "signal", "reconcile", "done"]
-    assert "in pin: AdapterError" in history[1]["error"]
+    assert phases == ["queued", "pin", "failed", "retry", "pin", "signal", "reconcile", "done"]
+    assert "in pin: AdapterError" in history[2]["error"]
     trail = api.client.get(f"{url}/audit", headers=api.as_(token)).json()
     assert [(a["action"], a["reason"]) for a in trail] == [("retry_stop", "adapter fixed")]
 

@@ -10,6 +10,12 @@ GPUs saves
 For a shadow decision ``t`` is when the rule fired (the decision's time); for an enforced stop,
 when the stop was confirmed (``stopped_at``). The JSON API and the console both call these
 functions, so their numbers agree by construction.
+
+Each job counts once. Reclaimed counts only stops that were delivered (the adapter confirmed
+them): a job released by hand after its stop failed is counted in ``released_jobs``, not in the
+GPU-hours. A shadow job that was then stopped by hand (an enforced ``stop_now``, delivered) counts
+in reclaimed, where its hours were really saved, and not in "would have stopped"
+(``shadow_summary`` counts it in ``reclaimed_jobs`` instead).
 """
 
 from __future__ import annotations
@@ -54,18 +60,23 @@ def _group(
 def shadow_summary(store: Store, tenant: str | None) -> list[dict[str, Any]]:
     """Per tenant: the jobs a shadow decision would have stopped, and the GPU-hours that saves."""
     names, shadow_flags, rows = report_store.shadow_decisions(store, tenant)
-    entries = [(r.tenant, _job_entry(r, r.decided_at, step=r.step, reason=r.reason)) for r in rows]
+    entries = [(r.tenant, _job_entry(r, r.decided_at, step=r.step, reason=r.reason)) for r in rows
+               if not r.delivered]
+    stopped = _group(names, [(r.tenant, {}) for r in rows if r.delivered])
     return [{"tenant": name, "shadow": bool(shadow_flags.get(name, False)), "would_stop_jobs": len(found),
              "gpu_hours": sum(e["gpu_hours"] for e in found),
-             "lower_bound_jobs": sum(e["basis"] == "lower_bound" for e in found), "jobs": found}
+             "lower_bound_jobs": sum(e["basis"] == "lower_bound" for e in found),
+             "reclaimed_jobs": len(stopped.get(name, [])), "jobs": found}
             for name, found in _group(names, entries).items()]
 
 
 def reclaimed(store: Store, tenant: str | None) -> list[dict[str, Any]]:
     """Per tenant: the jobs whose stop was enforced and confirmed, the GPU-hours reclaimed, and
-    the cumulative total after each stop (``series``, in stop order)."""
+    the cumulative total after each stop (``series``, in stop order); ``released_jobs``: jobs
+    released by hand after their stop failed (not reclaimed)."""
     names, rows = report_store.stopped_jobs(store, tenant)
-    entries = [(r.tenant, _job_entry(r, r.stopped_at)) for r in rows]
+    entries = [(r.tenant, _job_entry(r, r.stopped_at)) for r in rows if r.delivered]
+    released = _group(names, [(r.tenant, {}) for r in rows if not r.delivered])
     out = []
     for name, found in _group(names, entries).items():
         total, series = 0.0, []
@@ -74,5 +85,6 @@ def reclaimed(store: Store, tenant: str | None) -> list[dict[str, Any]]:
             series.append({"t": e["stop_at"], "gpu_hours": total})
         out.append({"tenant": name, "stopped_jobs": len(found), "gpu_hours": total,
                     "lower_bound_jobs": sum(e["basis"] == "lower_bound" for e in found),
+                    "released_jobs": len(released.get(name, [])),
                     "jobs": found, "series": series})
     return out

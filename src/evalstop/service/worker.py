@@ -109,6 +109,8 @@ class Worker(DaemonLoop):
         ref = JobRef(job["id"], job["tenant"], job["external_ref"], dict(job["target_options"] or {}),
                      scope=scope or {})
         phase = row["phase"]
+        if phase == "pin" and row["attempts"] == 0:  # rows start in pin: say when pinning began
+            self._set(row_id, {"phase": "pin", "attempts": 0}, lease_until=self.store.clock() + self.lease_s)
         try:
             adapter = self.adapters.get(job["target"])
             while phase not in TERMINAL:

@@ -11,7 +11,7 @@ from html import escape
 
 from markupsafe import Markup
 
-from .evidence import Evidence
+from .evidence import Evidence, RewindMark
 
 WIDTH, HEIGHT = 760, 320
 LEFT, RIGHT, TOP, BOTTOM = 64, 16, 16, 40
@@ -93,7 +93,7 @@ def _thin(points: Sequence[tuple[int, float]]) -> Sequence[tuple[int, float]]:
 
 def _polyline(points: Sequence[tuple[float, float]], x: Scale, y: Scale, **attrs: str) -> str:
     pts = " ".join(f"{x(a)},{y(b)}" for a, b in points)
-    extra = " ".join(f'{k.replace("_", "-")}="{v}"' for k, v in attrs.items())
+    extra = " ".join(f'{k.rstrip("_").replace("_", "-")}="{v}"' for k, v in attrs.items())
     return f'<polyline points="{pts}" fill="none" {extra}/>'
 
 
@@ -126,7 +126,7 @@ def curve_svg(
                                stroke_dasharray="4 3", id="band"))
     parts.append(_polyline(_steps(_thin(evidence.best)), x, y, stroke="#2ca02c", stroke_width="1.5",
                            id="best"))
-    parts.append(_polyline(_thin(points), x, y, stroke="#1f77b4", stroke_width="2", id="evals"))
+    parts += _attempts(points, evidence.rewinds, x, y)
     if len(points) <= 300:
         parts += [f'<circle cx="{x(s)}" cy="{y(v)}" r="2.5" fill="#1f77b4"/>' for s, v in points]
     parts += [f'<circle class="counted" data-step="{s}" cx="{x(s)}" cy="{y(by_step[s])}" r="6" fill="none" '
@@ -137,6 +137,50 @@ def curve_svg(
         parts.append(_stop_marker(stop_step, x(stop_step), stop_label))
     parts.append("</svg>")
     return Markup("".join(parts))
+
+
+def _attempts(
+    points: Sequence[tuple[int, float]], rewinds: Sequence[RewindMark], x: Scale, y: Scale
+) -> list[str]:
+    """The eval curve: one segment per attempt (a rewind starts a new one after its detection),
+    each rewind drawn as a dashed jump back to its checkpoint's score and a marker carrying
+    ``data-step`` (the detection), ``data-to-step`` (the checkpoint) and ``data-correction``."""
+    if not rewinds:
+        return [_polyline(_thin(points), x, y, stroke="#1f77b4", stroke_width="2", id="evals",
+                          class_="attempt", data_attempt="1")]
+    out, ends = [], [r.step for r in rewinds]
+    for n, (lo, hi) in enumerate(zip([-math.inf, *ends], [*ends, math.inf], strict=True), start=1):
+        segment = [(s, v) for s, v in points if lo < s <= hi]
+        if segment:
+            out.append(_polyline(_thin(segment), x, y, stroke=PALETTE[(n - 1) % len(PALETTE)],
+                                 stroke_width="2", id=f"evals-{n}", class_="attempt", data_attempt=str(n)))
+    for i, r in enumerate(rewinds):
+        after = next(((s, v) for s, v in points if s > r.step), None)
+        out.append(_rewind_marker(r, x, y, after, row=i))
+    return out
+
+
+def _rewind_marker(
+    r: RewindMark, x: Scale, y: Scale, after: tuple[int, float] | None, row: int
+) -> str:
+    rx = x(r.step)
+    jump = ""
+    if r.best_score is not None:
+        ry = y(r.best_score)
+        end = f'<line x1="{rx}" y1="{ry}" x2="{x(after[0])}" y2="{y(after[1])}" stroke="#9467bd" ' \
+              f'stroke-dasharray="2 2"/>' if after is not None else ""
+        jump = f'<circle cx="{rx}" cy="{ry}" r="4" fill="#9467bd"/>{end}'
+    text = f"rewind {r.number} to step {r.to_step}" + (f" ({r.correction})" if r.correction else "")
+    # labelled at the foot of the plot: the stop and best-checkpoint labels sit near its top
+    right = rx + 4 + _text_width(text) <= WIDTH - RIGHT
+    tx, anchor = (rx + 4, "start") if right else (rx - 4, "end")
+    return (f'<g class="marker-rewind" data-step="{r.step}" data-to-step="{r.to_step}" '
+            f'data-correction="{escape(r.correction)}" data-checkpoint="{escape(r.checkpoint or "")}">'
+            f'<line x1="{rx}" y1="{TOP}" x2="{rx}" y2="{HEIGHT - BOTTOM}" stroke="#9467bd" '
+            f'stroke-width="1.5" stroke-dasharray="6 3"/>{jump}'
+            f'<text x="{tx}" y="{HEIGHT - BOTTOM - 6 - 13 * row}" text-anchor="{anchor}" font-size="11" '
+            f'fill="#9467bd">'
+            f'{escape(text)}</text></g>')
 
 
 def _time_format(span_s: float) -> str:

@@ -3,8 +3,6 @@ layer and :mod:`evalstop.service.reports` (the same functions the JSON API calls
 
 from __future__ import annotations
 
-import hashlib
-import json
 import secrets
 import time
 from collections.abc import Sequence
@@ -22,7 +20,7 @@ from ..context import ServiceContext
 from ..errors import DomainError, NotFound
 from .auth import LOGIN_COOKIE, SESSION_COOKIE, SESSION_S, ConsoleAuth, Session, csrf_ok
 from .charts import series_svg
-from .data import STATES, Filters, job_page, job_rows, rules_and_tenants
+from .data import STATES, Filters, job_page, job_rows, live_token, rules_and_tenants
 
 STATIC = {"console.css": "text/css", "console.js": "text/javascript"}
 SECURITY_HEADERS = {
@@ -143,11 +141,11 @@ async def jobs_page(request: Request) -> Response:
         return _signed_out() if request.query_params.get("partial") else _to_login()
     f = Filters.parse(request.query_params)
     store = _ctx(request).store
-    rows, total = await run_in_threadpool(job_rows, store, session.tenant, f)
+    listed = await run_in_threadpool(job_rows, store, session.tenant, f)
     if request.query_params.get("partial") == "rows":
-        return render("job_rows.html", rows=rows, total=total)
+        return render("job_rows.html", listed=listed, f=f)
     rules, tenant_names = await run_in_threadpool(rules_and_tenants, store, session.tenant)
-    return render("jobs.html", session=session, rows=rows, total=total, f=f, states=STATES, rules=rules,
+    return render("jobs.html", session=session, listed=listed, f=f, states=STATES, rules=rules,
                   tenants=tenant_names)
 
 
@@ -160,7 +158,7 @@ async def job_view(request: Request, job_id: str) -> Response:
     if not live:
         return await _job_response(request, session, job_id)
     try:
-        token = await run_in_threadpool(_live_token, _ctx(request).store, job_id, session.tenant)
+        token = await run_in_threadpool(live_token, _ctx(request).store, job_id, session.tenant)
     except NotFound:
         return render("error.html", 404, session=session, message=f"Job {job_id!r} not found.")
     if token == request.query_params.get("since"):
@@ -175,24 +173,8 @@ async def _job_response(request: Request, session: Session, job_id: str, status:
         page = await run_in_threadpool(job_page, store, job_id, session.tenant)
     except NotFound:
         return render("error.html", 404, session=session, message=f"Job {job_id!r} not found.")
-    tenant_shadow = await run_in_threadpool(_tenant_shadow, store, page.job["tenant"])
-    return render(template, status, session=session, p=page, error=error, tenant_shadow=tenant_shadow,
+    return render(template, status, session=session, p=page, error=error, tenant_shadow=page.tenant_shadow,
                   token=token)
-
-
-def _tenant_shadow(store: Any, tenant: str) -> bool:
-    """Whether the job's tenant is in shadow mode (its jobs' stops are recorded, not enforced)."""
-    return any(t["shadow"] for t in domain.list_tenants(store) if t["name"] == tenant)
-
-
-def _live_token(store: Any, job_id: str, tenant: str | None) -> str:
-    """A digest of what the live parts of a job page show (the job row with its eval count and
-    deliveries, the audit trail's length, the tenant's shadow mode): the page polls with it and
-    gets 204 while it is unchanged, so a quiet job costs a few small queries, not a redraw of its
-    whole history. NotFound for another tenant's job."""
-    job = domain.get_job(store, job_id, tenant)
-    seen = [job, len(controls.list_audit(store, job_id, tenant)), _tenant_shadow(store, job["tenant"])]
-    return hashlib.sha256(json.dumps(seen, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
 async def _checked_form(request: Request) -> tuple[Session | None, dict[str, str], Response | None]:

@@ -1,18 +1,23 @@
-"""The console's job list: filtered, sorted and limited by the database."""
+"""The console's reads: the job list (filtered, sorted and paged by the database) and a job's
+stored monitor."""
 
 from __future__ import annotations
 
 from typing import Any, Protocol
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection
 
 from .engine import Store
+from .report import delivered
 from .tables import decisions, jobs, scores, tenants
+
+#: The decision column's sort key is ``(kind, step)``: kind 0 no decision, 1 a shadow stop, 2 a
+#: stop by the rule, 3 a ``stop_now`` override; then the decision's step, as a number.
+DECISION_KINDS = {0: "", 1: "shadow", 2: "detector", 3: "override"}
 
 
 class JobFilter(Protocol):
-    """What the list is filtered and sorted by (the console's ``Filters``)."""
+    """What the list is filtered, sorted and paged by (the console's ``Filters``)."""
 
     @property
     def state(self) -> str: ...
@@ -28,6 +33,8 @@ class JobFilter(Protocol):
     def sort(self) -> str: ...
     @property
     def desc(self) -> bool: ...
+    @property
+    def page(self) -> int: ...  # 1-based
 
 
 def _last(column: Any) -> sa.ScalarSelect[Any]:
@@ -35,41 +42,65 @@ def _last(column: Any) -> sa.ScalarSelect[Any]:
             .order_by(scores.c.step.desc()).limit(1).scalar_subquery())
 
 
+def _shown_decision(column: Any) -> sa.ScalarSelect[Any]:
+    """``column`` of the decision the list shows: the job's first enforced one, else its first."""
+    return (sa.select(column).where(decisions.c.job_id == jobs.c.id)
+            .order_by(decisions.c.shadow, decisions.c.id).limit(1).scalar_subquery())
+
+
+def shown_state() -> sa.ColumnElement[Any]:
+    """The job's state as the console shows it: ``released`` for a job in state ``stopped`` whose
+    stop was never delivered (it was released by hand after the stop failed)."""
+    return sa.case((sa.and_(jobs.c.state == "stopped", sa.not_(delivered())), "released"),
+                   else_=jobs.c.state)
+
+
 def job_rows(
-    store: Store, tenant: str | None, f: JobFilter, limit: int
-) -> tuple[list[dict[str, Any]], int, dict[str, list[dict[str, Any]]]]:
-    """The jobs ``f`` selects, sorted (by creation when ``f.sort`` is not a column), at most
-    ``limit``; how many matched; and the decisions of the jobs returned, by job id."""
+    store: Store, tenant: str | None, f: JobFilter, page_size: int
+) -> tuple[list[dict[str, Any]], int]:
+    """Page ``f.page`` (clamped to the last page) of the jobs ``f`` selects, sorted by ``f.sort``
+    (creation when it names no column), at most ``page_size`` rows; and how many matched. Each
+    row has ``decision_kind`` (see :data:`DECISION_KINDS`) and ``decision_step``."""
     shadow = sa.or_(jobs.c.shadow, tenants.c.shadow)
+    state_now = shown_state()
+    state = state_now.label("state")
     last_step, last_value = _last(scores.c.step).label("last_step"), _last(scores.c.value).label("last_value")
-    query = (sa.select(jobs.c.id, jobs.c.tenant, jobs.c.name, jobs.c.detector, jobs.c.state, jobs.c.override,
-                       jobs.c.created_at, jobs.c.gpus, shadow.label("shadow"), last_step, last_value)
-             .join(tenants, tenants.c.name == jobs.c.tenant).where(*_where(tenant, f, shadow)))
+    kind = sa.case((decisions.c.shadow, 1), (decisions.c.source == "override", 3), else_=2)
+    decision_kind = sa.func.coalesce(_shown_decision(kind), 0).label("decision_kind")
+    decision_step = _shown_decision(decisions.c.step).label("decision_step")
+    where = _where(tenant, f, shadow, state_now)
+    query = (sa.select(jobs.c.id, jobs.c.tenant, jobs.c.name, jobs.c.detector, state, jobs.c.override,
+                       jobs.c.created_at, jobs.c.gpus, shadow.label("shadow"), last_step, last_value,
+                       decision_kind, decision_step)
+             .join(tenants, tenants.c.name == jobs.c.tenant).where(*where))
     count = sa.select(sa.func.count()).select_from(jobs).join(tenants, tenants.c.name == jobs.c.tenant) \
-        .where(*_where(tenant, f, shadow))
-    columns = {"created": jobs.c.created_at, "name": jobs.c.name, "tenant": jobs.c.tenant,
-               "state": jobs.c.state, "rule": jobs.c.detector, "last_step": last_step,
-               "last_value": last_value}
-    by = columns.get(f.sort, jobs.c.created_at)
-    ordered = (by.desc().nulls_last() if f.desc else by.asc().nulls_first())
+        .where(*where)
+    columns: dict[str, tuple[Any, ...]] = {
+        "created": (), "name": (jobs.c.name,), "tenant": (jobs.c.tenant,), "state": (state,),
+        "rule": (jobs.c.detector,), "last_step": (last_step,), "last_value": (last_value,),
+        "decision": (decision_kind, decision_step)}
+    by = columns.get(f.sort, ())
+    ordered = [c.desc().nulls_last() if f.desc else c.asc().nulls_first() for c in by]
     tie = (jobs.c.created_at.desc(), jobs.c.id.desc()) if f.desc else (jobs.c.created_at, jobs.c.id)
-    if f.sort not in columns:
-        ordered = jobs.c.created_at.desc()
     with store.reading() as conn:
         total = int(conn.execute(count).scalar_one())
-        rows = [dict(r) for r in conn.execute(query.order_by(ordered, *tie).limit(limit)).mappings().all()]
-        found = _decisions(conn, [r["id"] for r in rows])
-    return rows, total, found
+        pages = max(1, -(-total // page_size))
+        offset = (min(max(1, f.page), pages) - 1) * page_size
+        found = conn.execute(query.order_by(*ordered, *tie).limit(page_size).offset(offset)).mappings()
+        rows = [dict(r) for r in found.all()]
+    return rows, total
 
 
-def _where(tenant: str | None, f: JobFilter, shadow: sa.ColumnElement[bool]) -> list[sa.ColumnElement[bool]]:
+def _where(
+    tenant: str | None, f: JobFilter, shadow: sa.ColumnElement[bool], state: sa.ColumnElement[Any]
+) -> list[sa.ColumnElement[bool]]:
     where: list[sa.ColumnElement[bool]] = []
     if tenant is not None:
         where.append(jobs.c.tenant == tenant)
     if f.tenant:
         where.append(jobs.c.tenant == f.tenant)
     if f.state:
-        where.append(jobs.c.state == f.state)
+        where.append(state == f.state if f.state in ("stopped", "released") else jobs.c.state == f.state)
     if f.rule:
         where.append(sa.or_(jobs.c.detector == f.rule, jobs.c.detector.startswith(f.rule + ":")))
     if f.shadow:
@@ -81,16 +112,6 @@ def _where(tenant: str | None, f: JobFilter, shadow: sa.ColumnElement[bool]) -> 
     return where
 
 
-def _decisions(conn: Connection, ids: list[str]) -> dict[str, list[dict[str, Any]]]:
-    out: dict[str, list[dict[str, Any]]] = {}
-    for start in range(0, len(ids), 500):
-        query = (sa.select(decisions.c.job_id, decisions.c.source, decisions.c.shadow, decisions.c.step)
-                 .where(decisions.c.job_id.in_(ids[start:start + 500])).order_by(decisions.c.id))
-        for d in conn.execute(query).mappings():
-            out.setdefault(d["job_id"], []).append(dict(d))
-    return out
-
-
 def detectors(store: Store, tenant: str | None) -> list[str]:
     """The distinct detector specs of the jobs in scope."""
     query = sa.select(jobs.c.detector).distinct()
@@ -98,3 +119,21 @@ def detectors(store: Store, tenant: str | None) -> list[str]:
         query = query.where(jobs.c.tenant == tenant)
     with store.reading() as conn:
         return [str(s) for s in conn.execute(query).scalars()]
+
+
+def job_extras(store: Store, job_id: str) -> tuple[Any, bool, bool]:
+    """A job's stored monitor state (``Monitor.to_json()``, or None), whether its tenant is in
+    shadow mode, and whether its stop was delivered. The caller has authorized the job."""
+    query = (sa.select(jobs.c.monitor_state, tenants.c.shadow, delivered().label("delivered"))
+             .join(tenants, tenants.c.name == jobs.c.tenant).where(jobs.c.id == job_id))
+    with store.reading() as conn:
+        row = conn.execute(query).first()
+    if row is None:
+        return None, False, False
+    return row.monitor_state, bool(row.shadow), bool(row.delivered)
+
+
+def tenant_shadow(store: Store, tenant: str) -> bool:
+    """Whether ``tenant`` is in shadow mode (its jobs' stops are recorded, not enforced)."""
+    with store.reading() as conn:
+        return bool(conn.execute(sa.select(tenants.c.shadow).where(tenants.c.name == tenant)).scalar())

@@ -8,7 +8,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from .engine import Store
-from .tables import decisions, jobs, scores, tenants
+from .tables import decisions, jobs, outbox, scores, tenants
 
 _JOB_COLS = (jobs.c.id, jobs.c.tenant, jobs.c.name, jobs.c.gpus, jobs.c.created_at,
              jobs.c.expected_duration_s, jobs.c.state)
@@ -17,6 +17,12 @@ _JOB_COLS = (jobs.c.id, jobs.c.tenant, jobs.c.name, jobs.c.gpus, jobs.c.created_
 def _last_seen() -> sa.ScalarSelect[Any]:
     return (sa.select(sa.func.max(scores.c.received_at)).where(scores.c.job_id == jobs.c.id)
             .scalar_subquery())
+
+
+def delivered() -> sa.Exists:
+    """The job's stop was delivered: an outbox row of it reached ``done`` (the adapter confirmed
+    the job stopped). A job released by hand after its stop failed is ``stopped`` without one."""
+    return sa.exists().where(outbox.c.job_id == jobs.c.id, outbox.c.delivered_at.is_not(None))
 
 
 def _tenant_names(conn: Connection, tenant: str | None) -> list[str]:
@@ -28,9 +34,11 @@ def _tenant_names(conn: Connection, tenant: str | None) -> list[str]:
 def shadow_decisions(store: Store, tenant: str | None) -> tuple[list[str], dict[str, bool], list[Any]]:
     """The tenants in scope, their shadow flags, and every shadow detector decision with its job
     (``id, tenant, name, gpus, created_at, expected_duration_s, state, last_seen, step, reason,
-    decided_at``), in decision order."""
+    decided_at, delivered``: whether the job was then stopped by an enforced, delivered stop),
+    in decision order."""
     query = (sa.select(*_JOB_COLS, _last_seen().label("last_seen"), decisions.c.step,
-                       decisions.c.reason, decisions.c.created_at.label("decided_at"))
+                       decisions.c.reason, decisions.c.created_at.label("decided_at"),
+                       delivered().label("delivered"))
              .join(decisions, decisions.c.job_id == jobs.c.id)
              .where(decisions.c.shadow.is_(True), decisions.c.source == "detector")
              .order_by(decisions.c.created_at, jobs.c.id))
@@ -45,9 +53,10 @@ def shadow_decisions(store: Store, tenant: str | None) -> tuple[list[str], dict[
 
 
 def stopped_jobs(store: Store, tenant: str | None) -> tuple[list[str], list[Any]]:
-    """The tenants in scope, and the jobs whose stop was confirmed (with ``last_seen`` and
-    ``stopped_at``), in stop order."""
-    query = (sa.select(*_JOB_COLS, _last_seen().label("last_seen"), jobs.c.stopped_at)
+    """The tenants in scope, and the jobs in state ``stopped`` (with ``last_seen``, ``stopped_at``
+    and ``delivered``: False for a job released by hand after its stop failed), in stop order."""
+    query = (sa.select(*_JOB_COLS, _last_seen().label("last_seen"), jobs.c.stopped_at,
+                       delivered().label("delivered"))
              .where(jobs.c.state == "stopped", jobs.c.stopped_at.is_not(None))
              .order_by(jobs.c.stopped_at, jobs.c.id))
     if tenant is not None:
