@@ -9,6 +9,7 @@ import dataclasses
 import json
 import os
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -26,7 +27,7 @@ from evalstop.service.adapters._webhook import verify_signature
 from evalstop.service.app import create_app
 from evalstop.service.store import jobs, tenants
 
-from ._support import ADMIN, Api, make_settings
+from ._support import ADMIN, Api, make_settings, wait_for
 
 SECRET = "attack-test-secret"
 
@@ -446,3 +447,73 @@ def test_value_is_a_json_number_only(api: Api, value: Any) -> None:
         r = api.post(token, job_id, body)
         assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == "value", r.text
     assert api.post(token, job_id, {"step": 1, "value": 1}).status_code == 200  # an int is a number
+
+
+# -- issue 22, item 1: a slow receiver delays only its own tenant's stops (s22a) -------------------
+class SlowHook(BaseHTTPRequestHandler):
+    """A webhook receiver: under ``/slow`` it answers after ``state["delay_s"]`` (or as soon as the
+    test ends); elsewhere at once. Records when each signal arrived, by external reference."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *_: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        state = self.server.state  # type: ignore[attr-defined]
+        msg = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+        if msg["action"] == "signal":
+            state["signalled"].setdefault(msg["external_ref"], time.monotonic())
+        if self.path.startswith("/slow"):
+            state["done"].wait(state["delay_s"])
+        data = json.dumps({"stopped": msg["action"] != "pin"}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.fixture
+def slow_hook() -> Iterator[tuple[str, dict[str, Any]]]:
+    state: dict[str, Any] = {"signalled": {}, "delay_s": 6.0, "done": threading.Event()}
+    server = ThreadingHTTPServer(("127.0.0.1", 0), SlowHook)
+    server.daemon_threads = True
+    server.state = state  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", state
+    finally:
+        state["done"].set()
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_hanging_receiver_delays_only_its_own_tenants_stops(
+    sqlite_url: str, slow_hook: tuple[str, dict[str, Any]],
+) -> None:
+    """Tenant S's receiver answers after 6 s (the adapter gives up after 5 s) and S stops 4 jobs;
+    another tenant's stop, asked for afterwards, still reaches its own receiver within 1 s."""
+    url, state = slow_hook
+    settings = make_settings(sqlite_url, run_worker=True, worker_poll_s=0.05, adapter_settings={
+        "webhook": {"url": f"{url}/fast/default", "secret": SECRET, "timeout_s": 5.0}})
+    with TestClient(create_app(settings)) as client:
+        api = Api(client)
+        slow = tenant(api, "slow", {"webhook": {"url_prefixes": [f"{url}/slow"]}})
+        other = tenant(api, "other", {"webhook": {"url_prefixes": [f"{url}/fast"]}})
+        for i in range(4):
+            job = register(api, slow, target="webhook", external_ref=f"s{i}",
+                           target_options={"url": f"{url}/slow/{i}"})
+            stop_now(api, slow, job.json()["id"])
+        wait_for(lambda: len(state["signalled"]) >= 2, 5.0, "the slow tenant's receiver to hang")
+        job = register(api, other, target="webhook", external_ref="o1",
+                       target_options={"url": f"{url}/fast/o"})
+        asked = time.monotonic()
+        stop_now(api, other, job.json()["id"])
+        wait_for(lambda: "o1" in state["signalled"], 3.0, "the other tenant's stop to reach its receiver")
+        assert state["signalled"]["o1"] - asked <= 1.0
+        assert sorted(state["signalled"]) == ["o1", "s0", "s1"]  # S holds its 2 threads, no more
+        wait_for(lambda: api.client.get(f"/v1/jobs/{job.json()['id']}", headers=api.as_(other))
+                 .json()["state"] == "stopped", 3.0, "the other tenant's job to be stopped")
+        state["done"].set()  # let the hanging requests end, so shutdown need not wait for them
