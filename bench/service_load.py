@@ -383,7 +383,7 @@ def start_receiver() -> tuple[ThreadingHTTPServer, str]:
     return server, f"http://127.0.0.1:{server.server_address[1]}"
 
 
-def webhook_tenant(base: str, admin: str, url: str, name: str, refs: list[str]) -> tuple[Conn, list[str]]:
+def webhook_tenant(base: str, admin: str, url: str, name: str, refs: list[str]) -> tuple[str, list[str]]:
     """A tenant whose webhook scope is ``url`` and one webhook job per ref posting under it."""
     c = Conn(base, admin)  # a fresh connection: the server closes one idle for 5 s
     scope = {"webhook": {"url_prefixes": [url]}}
@@ -397,13 +397,14 @@ def webhook_tenant(base: str, admin: str, url: str, name: str, refs: list[str]) 
         status, job = own.send("POST", "/v1/jobs", body)
         assert status == 201, job
         ids.append(job["id"])
-    return own, ids
+    return str(tenant["token"]), ids
 
 
-def stop_latencies(c: Conn, ids: list[str], refs: list[str]) -> list[float]:
+def stop_latencies(base: str, token: str, ids: list[str], refs: list[str]) -> list[float]:
     """Stop each job in turn; ms from the ``stop_now`` request to its signal at the receiver."""
     out = []
     for job, ref in zip(ids, refs, strict=True):
+        c = Conn(base, token)  # fresh: a slow delivery may outlast the server's keep-alive
         asked = time.monotonic()
         status, reply = c.send("PUT", f"/v1/jobs/{job}/override", {"override": "stop_now"})
         assert status == 200, reply
@@ -423,11 +424,13 @@ def slow_neighbour(base: str, admin: str, recv: str, stops: int, slow_jobs: int)
             slow, slow_ids = webhook_tenant(base, admin, f"{recv}/slow", f"slow-{tag}",
                                             [f"s{i}-{tag}" for i in range(slow_jobs)])
             for job in slow_ids:
-                assert slow.send("PUT", f"/v1/jobs/{job}/override", {"override": "stop_now"})[0] == 200
+                body = {"override": "stop_now"}
+                status, reply = Conn(base, slow).send("PUT", f"/v1/jobs/{job}/override", body)
+                assert status == 200, reply
             time.sleep(0.5)  # its stops are in delivery now, hanging on its receiver
         refs = [f"{case}{i}-{tag}" for i in range(stops)]
         own, ids = webhook_tenant(base, admin, f"{recv}/fast-{case}", f"{case}-{tag}"[:64], refs)
-        ms = sorted(stop_latencies(own, ids, refs))
+        ms = sorted(stop_latencies(base, own, ids, refs))
         result[case] = {"p50_ms": round(statistics.median(ms), 1), "max_ms": round(ms[-1], 1)}
     Receiver.done.set()
     return result

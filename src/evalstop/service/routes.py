@@ -142,7 +142,8 @@ def register_job(body: JobIn, ctx: Ctx, who: Caller) -> dict[str, Any]:
     check_rule_cost(domain.resolve_detector(spec.detector, spec.mode), ctx.settings.rule_max_window)
     webhook_url = ctx.settings.adapter_settings.get("webhook", {}).get("url")
     return domain.register_job(ctx.store, owner, spec, ctx.adapters.check, webhook_url=webhook_url,
-                               default_limits=ctx.policies.defaults)
+                               default_limits=ctx.policies.defaults,
+                               check_owner=ctx.adapters.check_registration)
 
 
 @router.get("/jobs", response_model=list[JobOut], tags=["jobs"])
