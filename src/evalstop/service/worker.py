@@ -124,6 +124,8 @@ class Worker(DaemonLoop):
             finally:
                 with self._claiming:
                     self._busy[claimed.tenant] -= 1
+                    if not self._busy[claimed.tenant]:
+                        del self._busy[claimed.tenant]  # keep only tenants with rows in flight
                     self._idle_until = 0.0  # a slot is free: the tenant's next row may be due now
 
     def _claim_fair(self) -> Claim | None:
