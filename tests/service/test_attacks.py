@@ -638,3 +638,24 @@ def test_a_409_never_tells_a_tenant_what_others_registered(svc: Api) -> None:
     assert used.status_code == free.status_code == 201
     again = register(svc, mallory, target="dry-run", external_ref="alice-secret-run")
     assert again.status_code == 409 and used.json()["id"] in again.json()["detail"]
+
+
+# -- issue 22, item 3: a rule's work is charged to its tenant (s22a) -------------------------------
+@pytest.mark.parametrize(("ms_per_score", "admitted"), [(1e-6, 1), (1e6, 5)])
+def test_rule_work_is_charged_to_the_tenants_bucket(db_url: str, ms_per_score: float, admitted: int) -> None:
+    """A score's token covers ``rule_ms_per_score`` of its rule's CPU; beyond it the tenant owes
+    more tokens, taken after the request. With a tiny allowance any rule work puts the bucket
+    into debt (the next score is 429, whose wait covers the debt); with a large one the same
+    five scores all pass. Another tenant is not charged for it. On SQLite (the bucket in memory)
+    and PostgreSQL (the shared bucket: the debt sits on the replica's lease)."""
+    settings = make_settings(db_url, rule_ms_per_score=ms_per_score)
+    with TestClient(create_app(settings)) as client:
+        api = Api(client)
+        heavy = tenant(api, "heavy", quota={"scores_per_s": 1, "burst": 50})
+        light = tenant(api, "light", quota={"scores_per_s": 1, "burst": 50})
+        job = api.job(heavy, target="dry-run", detector="mann-kendall:max_window=256")
+        codes = [api.post(heavy, job["id"], {"step": s, "value": 0.5 + 0.01 * s}).status_code
+                 for s in range(5)]
+        assert codes == [200] * admitted + [429] * (5 - admitted)
+        first = api.post(light, api.job(light, target="dry-run")["id"], {"step": 0, "value": 0.5})
+        assert first.status_code == 200 and "rule_cpu_s" not in first.json()

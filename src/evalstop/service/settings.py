@@ -41,6 +41,9 @@ class ServiceSettings(BaseSettings):
     #: (mann-kendall ``max_window``, slaq ``window``); registration above it is 422
     #: (:mod:`evalstop.service.limits`, docs/service.md).
     rule_max_window: int = Field(default=256, ge=1)
+    #: Rule work charged to the tenant: a score's token covers this many ms of its rule's CPU;
+    #: each further such slice costs one more token, taken after the request (docs/service.md).
+    rule_ms_per_score: float = Field(default=1.0, gt=0)
     run_worker: bool = True
     worker_poll_s: float = Field(default=0.1, gt=0, le=60)
     worker_lease_s: float = Field(default=30.0, gt=0)
