@@ -38,7 +38,15 @@ the same database and spreads the clients over them. The **fair** phase (on by d
 ``--replicas``) has a heavy tenant, limited to ``--heavy-quota`` scores/s, post batches as fast as
 it can (its 429s are counted) while a light tenant sends ``--light-rate`` single scores/s; it
 prints the light tenant's p99.
+
+The **slow-neighbour** phase (``--phases slow-neighbour``; issue 22) starts a webhook receiver in
+this process and points the server's webhook adapter at it (``timeout_s`` 5). A tenant stops
+``--neighbour-stops`` webhook jobs one at a time (0.3 s apart) and the phase measures, for each,
+the time from the ``stop_now`` request to the signal reaching that tenant's receiver: first with
+the worker otherwise idle, then while another tenant's receiver answers only after 6 s and that
+tenant has ``--slow-jobs`` stops in delivery. It prints p50/max of both cases (target: <= 1 s).
 """
+
 
 from __future__ import annotations
 
@@ -54,8 +62,9 @@ import sys
 import tempfile
 import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlparse
 
 ADMIN = "bench-admin-token"
@@ -78,13 +87,13 @@ class Conn:
 
 
 def start_server(
-    tmp: Path, synchronous: str, database_url: str | None = None, fast_path: bool = True
+    tmp: Path, synchronous: str, database_url: str | None = None, extra_env: dict[str, str] | None = None,
 ) -> tuple[subprocess.Popen[bytes], str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "EVALSTOP_ADMIN_TOKEN": ADMIN, "EVALSTOP_SQLITE_SYNCHRONOUS": synchronous,
-           "EVALSTOP_FAST_PATH": "true" if fast_path else "false"}
+           **(extra_env or {})}
     cmd = [sys.executable, "-m", "evalstop.cli", "serve", "--database-url",
            database_url or f"sqlite:///{tmp / 'bench.db'}", "--port", str(port), "--log-level", "warning"]
     proc = subprocess.Popen(cmd, env=env)
@@ -338,6 +347,95 @@ def contention(base: str, admin: str, batches: int, rate: float) -> dict[str, An
             "p99_ms": round(ms[int(0.99 * (len(ms) - 1))], 2), "max_ms": round(ms[-1], 2)}
 
 
+class Receiver(BaseHTTPRequestHandler):
+    """The slow-neighbour phase's webhook receiver: notes when each signal arrives; under
+    ``/slow`` it answers after ``SLOW_S`` (or when the phase ends)."""
+
+    protocol_version = "HTTP/1.1"
+    signalled: ClassVar[dict[str, float]] = {}
+    done = threading.Event()
+
+    def log_message(self, *_: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        msg = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+        if msg["action"] == "signal":
+            self.signalled.setdefault(msg["external_ref"], time.monotonic())
+        if self.path.startswith("/slow"):
+            self.done.wait(SLOW_S)
+        data = json.dumps({"stopped": msg["action"] != "pin"}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+SLOW_S = 6.0
+WEBHOOK_SECRET = "bench-webhook-secret"
+
+
+def start_receiver() -> tuple[ThreadingHTTPServer, str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def webhook_tenant(base: str, admin: str, url: str, name: str, refs: list[str]) -> tuple[str, list[str]]:
+    """A tenant whose webhook scope is ``url`` and one webhook job per ref posting under it."""
+    c = Conn(base, admin)  # a fresh connection: the server closes one idle for 5 s
+    scope = {"webhook": {"url_prefixes": [url]}}
+    status, tenant = c.send("POST", "/v1/tenants", {"name": name, "scope": scope})
+    assert status == 201, tenant
+    own = Conn(base, tenant["token"])
+    ids = []
+    for ref in refs:
+        body = {"external_ref": ref, "target": "webhook", "grace_period_s": 0,
+                "target_options": {"url": f"{url}/{ref}"}}
+        status, job = own.send("POST", "/v1/jobs", body)
+        assert status == 201, job
+        ids.append(job["id"])
+    return str(tenant["token"]), ids
+
+
+def stop_latencies(base: str, token: str, ids: list[str], refs: list[str]) -> list[float]:
+    """Stop each job in turn; ms from the ``stop_now`` request to its signal at the receiver."""
+    out = []
+    for job, ref in zip(ids, refs, strict=True):
+        c = Conn(base, token)  # fresh: a slow delivery may outlast the server's keep-alive
+        asked = time.monotonic()
+        status, reply = c.send("PUT", f"/v1/jobs/{job}/override", {"override": "stop_now"})
+        assert status == 200, reply
+        while ref not in Receiver.signalled and time.monotonic() < asked + 30:
+            time.sleep(0.005)
+        out.append(1000 * (Receiver.signalled.get(ref, float("inf")) - asked))
+        time.sleep(0.3)
+    return out
+
+
+def slow_neighbour(base: str, admin: str, recv: str, stops: int, slow_jobs: int) -> dict[str, Any]:
+    """Another tenant's stop latency with the worker idle, then beside a tenant whose receiver hangs."""
+    tag = f"{os.getpid()}-{time.time_ns()}"
+    result: dict[str, Any] = {"stops": stops, "slow_jobs": slow_jobs, "slow_receiver_s": SLOW_S}
+    for case in ("idle", "slow_neighbour"):
+        if case == "slow_neighbour":
+            slow, slow_ids = webhook_tenant(base, admin, f"{recv}/slow", f"slow-{tag}",
+                                            [f"s{i}-{tag}" for i in range(slow_jobs)])
+            for job in slow_ids:
+                body = {"override": "stop_now"}
+                status, reply = Conn(base, slow).send("PUT", f"/v1/jobs/{job}/override", body)
+                assert status == 200, reply
+            time.sleep(0.5)  # its stops are in delivery now, hanging on its receiver
+        refs = [f"{case}{i}-{tag}" for i in range(stops)]
+        own, ids = webhook_tenant(base, admin, f"{recv}/fast-{case}", f"{case}-{tag}"[:64], refs)
+        ms = sorted(stop_latencies(base, own, ids, refs))
+        result[case] = {"p50_ms": round(statistics.median(ms), 1), "max_ms": round(ms[-1], 1)}
+    Receiver.done.set()
+    return result
+
+
 def _cpu_s(pid: int | None) -> float | None:
     """CPU seconds (user + system) used so far by process ``pid``; None where /proc is missing."""
     try:
@@ -367,7 +465,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--paced-threads", type=int, default=8)
     p.add_argument("--synchronous", choices=["FULL", "NORMAL"], default="FULL")
     p.add_argument("--server-pid", type=int, help="with --url: the server's pid, to report its CPU time")
-    p.add_argument("--phases", help="comma-separated: batched, paced, history, contention, fair (default: "
+    p.add_argument("--phases", help="comma-separated: batched, paced, history, contention, fair, "
+                   "slow-neighbour (default: "
                    "batched,paced,history,contention; with --replicas > 1: batched,paced,fair)")
     p.add_argument("--short-history", type=int, default=10)
     p.add_argument("--long-history", type=int, default=5000)
@@ -379,6 +478,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--database-url", help="with --db postgresql: this server instead of a throwaway one")
     p.add_argument("--heavy-quota", type=float, default=500.0, help="fair phase: heavy tenant's scores/s")
     p.add_argument("--light-rate", type=float, default=100.0, help="fair phase: light tenant's requests/s")
+    p.add_argument("--neighbour-stops", type=int, default=10, help="slow-neighbour phase: stops measured")
+    p.add_argument("--slow-jobs", type=int, default=4, help="slow-neighbour phase: the slow tenant's stops")
     p.add_argument("--no-fast-path", action="store_true",
                    help="start the servers with EVALSTOP_FAST_PATH=false (every score through the route)")
     p.add_argument("--json", action="store_true")
@@ -388,6 +489,11 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="evalstop-bench-") as tmp:
         procs: list[subprocess.Popen[bytes]] = []
         stop_pg = None
+        receiver, recv = start_receiver() if "slow-neighbour" in phases else (None, "")
+        extra_env = {"EVALSTOP_ADAPTER_SETTINGS": json.dumps({"webhook": {
+            "url": f"{recv}/default", "secret": WEBHOOK_SECRET, "timeout_s": 5.0}})} if recv else {}
+        if args.no_fast_path:
+            extra_env["EVALSTOP_FAST_PATH"] = "false"
         try:
             if args.url:
                 bases = [args.url]
@@ -397,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
                     url, stop_pg = start_postgres()
                 bases = []
                 for _ in range(args.replicas):
-                    proc, base = start_server(Path(tmp), args.synchronous, url, not args.no_fast_path)
+                    proc, base = start_server(Path(tmp), args.synchronous, url, extra_env)
                     procs.append(proc)
                     bases.append(base)
             gc.collect()
@@ -420,8 +526,14 @@ def main(argv: list[str] | None = None) -> int:
             if "contention" in phases:
                 result["contention"] = contention(bases[0], args.admin_token, args.contention_batches,
                                                   args.contention_rate)
+            if "slow-neighbour" in phases:
+                result["slow_neighbour"] = slow_neighbour(bases[0], args.admin_token, recv,
+                                                          args.neighbour_stops, args.slow_jobs)
             result["load_avg_after"] = os.getloadavg()
         finally:
+            if receiver is not None:
+                Receiver.done.set()
+                receiver.shutdown()
             for proc in procs:
                 proc.terminate()
                 proc.wait(10)
@@ -458,6 +570,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"while another tenant posts {k['batches']} x 1,000 scores to a mann-kendall job "
                   f"({k['batch_ms_mean']} ms per batch): {k['single_requests']} single scores at "
                   f"{k['rate']:.0f}/s p50 {k['p50_ms']} ms, p99 {k['p99_ms']} ms, max {k['max_ms']} ms")
+        if "slow_neighbour" in result:
+            n = result["slow_neighbour"]
+            print(f"stop delivery to a tenant's receiver ({n['stops']} stops): idle worker p50 "
+                  f"{n['idle']['p50_ms']} ms, max {n['idle']['max_ms']} ms; while another tenant's receiver "
+                  f"hangs {n['slow_receiver_s']:.0f} s on its {n['slow_jobs']} stops: p50 "
+                  f"{n['slow_neighbour']['p50_ms']} ms, max {n['slow_neighbour']['max_ms']} ms")
         print(f"load average before/after: {result['load_avg_before']} / {result['load_avg_after']}")
     return 0
 

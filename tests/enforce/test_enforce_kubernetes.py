@@ -133,3 +133,27 @@ def test_bad_reference_is_permanent(ref: str, options: dict[str, Any], match: st
     with pytest.raises(AdapterError, match=match) as err:
         adapter.hard_stop(JobRef("job-j", "acme", ref, options))
     assert err.value.retryable is False
+
+
+def test_ownership_by_labels_at_registration_and_before_each_action(cluster: tuple[Cluster, str]) -> None:
+    """Two tenants share namespace team-a and are told apart by a label (issue 22). The object's
+    labels decide, also at registration (``must_exist``); an object not created yet may be
+    registered (the namespace bounds the name) and is checked again before any action. A refusal
+    names the label key, never the other tenant's value."""
+    state, url = cluster
+    obj = state.create("jobs", "team-a", "train-1")
+    obj["metadata"]["labels"]["team"] = "alice"
+    adapter = make(url)
+
+    def ref(tenant: str, name: str = "train-1") -> JobRef:
+        return JobRef("j", tenant, f"team-a/{name}", scope={"kubernetes": {
+            "namespaces": ["team-a"], "labels": {"team": tenant}}})
+
+    adapter.check_owner(ref("alice"), must_exist=True)
+    with pytest.raises(NotOwned, match=r"labels \['team'\]") as refused:
+        adapter.check_owner(ref("mallory"), must_exist=True)
+    assert "alice" not in str(refused.value)
+    adapter.check_owner(ref("mallory", "train-2"), must_exist=True)  # not created yet: registrable
+    state.create("jobs", "team-a", "train-2")["metadata"]["labels"]["team"] = "alice"
+    with pytest.raises(NotOwned):  # created by alice: mallory's registration may not act on it
+        adapter.check_owner(ref("mallory", "train-2"))

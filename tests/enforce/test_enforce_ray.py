@@ -135,6 +135,17 @@ def test_ownership_is_checked_with_ray_metadata(head: Proc, client: Any, tmp_pat
         adapter.check_owner(JobRef("j", "mallory", sid, scope={"ray": {"metadata": {"team": "mallory"}}}))
     with pytest.raises(NotOwned, match="prefixes"):
         adapter.check_owner(JobRef("j", "mallory", sid, scope={"ray": {"job_id_prefixes": ["mallory-"]}}))
+    # at registration (issue 22): the same answers for a job Ray knows; an id Ray does not know
+    # yet is refused under metadata alone, allowed inside the tenant's own id prefix
+    alice = {"ray": {"metadata": {"team": "alice"}}}
+    adapter.check_owner(JobRef("j", "alice", sid, scope=alice), must_exist=True)
+    with pytest.raises(NotOwned, match="metadata"):
+        adapter.check_owner(JobRef("j", "mallory", sid, scope={"ray": {"metadata": {"team": "mallory"}}}),
+                            must_exist=True)
+    with pytest.raises(NotOwned, match="Ray does not know job 'raysubmit_not_yet'"):
+        adapter.check_owner(JobRef("j", "alice", "raysubmit_not_yet", scope=alice), must_exist=True)
+    adapter.check_owner(JobRef("j", "alice", "raysubmit_not_yet", scope={"ray": {
+        "metadata": {"team": "alice"}, "job_id_prefixes": ["raysubmit_"]}}), must_exist=True)
     assert adapter.status(JobRef("j", "alice", sid)) == "RUNNING"  # untouched
     adapter.hard_stop(JobRef("j", "alice", sid))
     assert wait_stopped(adapter, JobRef("j", "alice", sid), timeout_s=HANG_S)

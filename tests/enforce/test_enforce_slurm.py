@@ -123,8 +123,9 @@ def test_ownership_is_checked_with_slurm(slurm: SlurmCluster, make_adapter: Any,
     adapter = make_adapter()
     allowed = [{"accounts": ["alpha"]}, {"users": ["root"], "partitions": ["debug"]},
                {"accounts": ["x", "alpha"], "users": ["root"]}]
-    refused = [({"accounts": ["beta"]}, "account 'alpha'"), ({"users": ["nobody"]}, "user 'root'"),
-               ({"accounts": ["alpha"], "partitions": ["gpu"]}, "partition 'debug'")]
+    # the reason names the field, never its value: a refused tenant learns nothing of the job's owner
+    refused = [({"accounts": ["beta"]}, "the account of"), ({"users": ["nobody"]}, "the user of"),
+               ({"accounts": ["alpha"], "partitions": ["gpu"]}, "the partition of")]
     for scope in allowed:
         adapter.check_owner(JobRef("j", "alice", job_id, scope={"slurm": scope}))
     for scope, says in refused:
@@ -133,6 +134,10 @@ def test_ownership_is_checked_with_slurm(slurm: SlurmCluster, make_adapter: Any,
     with pytest.raises(NotOwned, match="no slurm scope"):
         adapter.check_owner(JobRef("j", "mallory", job_id, scope={}))
     adapter.check_owner(JobRef("j", "mallory", "999999", scope={"slurm": {"accounts": ["beta"]}}))  # gone
+    with pytest.raises(NotOwned, match="Slurm does not know job '999999'"):  # at registration: refused
+        adapter.check_owner(JobRef("j", "mallory", "999999", scope={"slurm": {"accounts": ["beta"]}}),
+                            must_exist=True)
+    adapter.check_owner(JobRef("j", "alice", job_id, scope={"slurm": allowed[0]}), must_exist=True)
     adapter.hard_stop(JobRef("j", "alice", job_id))
 
 

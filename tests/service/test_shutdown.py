@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from evalstop.service.app import create_app
 from evalstop.service.store import open_store, outbox
 from evalstop.service.store.migrate import SchemaNotCurrent, head_revision
-from evalstop.service.worker import LeaseLost, Worker
+from evalstop.service.worker import Lease, LeaseLost, Worker
 
 from ._support import ADMIN, Api, free_port, make_settings, wait_for
 
@@ -45,9 +45,8 @@ def test_release_leases_hands_a_claimed_row_to_another_worker(api_any_db: Api) -
     assert first.release_leases() == 0
     taken = other._claim()
     assert taken is not None and taken[0] == row_id  # at once, not after worker_lease_s
-    first.epoch = claimed[1]
     with pytest.raises(LeaseLost):  # the first worker's late write is fenced off
-        first._set(row_id, phase="signal")
+        first._set(Lease(row_id, claimed[1]), phase="signal")
 
 
 def test_a_replica_that_may_not_migrate_refuses_another_schema(sqlite_url: str) -> None:

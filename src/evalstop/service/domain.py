@@ -19,6 +19,7 @@ from typing import Any
 from ..detectors import DEFAULT_SPEC, Detector, format_spec, parse_spec
 from . import scopes as scoping
 from .actors import Actor, record
+from .adapters._base import JobRef
 from .errors import Conflict, Forbidden, InvalidInput, NotFound
 from .fairness import Limits as FairLimits
 from .fairness import Quota, QuotaExceeded, effective
@@ -147,16 +148,26 @@ def resolve_detector(spec: str, mode: str) -> Detector:
 def register_job(
     store: Store, tenant: str, spec: JobSpec, check_target: Callable[[str], None] = lambda _: None, *,
     webhook_url: str | None = None, default_limits: FairLimits | None = None,
+    check_owner: Callable[[str, JobRef], None] | None = None,
 ) -> dict[str, Any]:
     """Register a job for ``tenant``. ``check_target`` raises InvalidInput for an unknown target;
-    the reference must lie in the tenant's scope (:mod:`.scopes`) and belong to no other live job;
-    the tenant's ``max_live_jobs`` quota must not be used up. ``webhook_url`` is the webhook
-    adapter's configured URL (checked against the scope when the job names none)."""
+    the reference must lie in the tenant's scope (:mod:`.scopes`), and ``check_owner`` (the
+    service passes ``AdapterRegistry.check_registration``) asks the backend whether the job is
+    the tenant's, before any lock is taken; the reference must belong to no other live job of
+    the same tenant (references are per tenant, so nothing here tells a tenant what others
+    registered); the tenant's ``max_live_jobs`` quota must not be used up. ``webhook_url`` is the
+    webhook adapter's configured URL (checked against the scope when the job names none)."""
     _check_name("target", spec.target)
     check_target(spec.target)
     detector = resolve_detector(spec.detector, spec.mode)
     external_ref = scoping.canonical_ref(spec.target, spec.external_ref)
     job_id = uuid.uuid4().hex
+    if check_owner is not None:
+        scope = tenant_store.policy(store, tenant)[0]
+        scoping.check_registration(tenant, scoping.parse_scope(scope), spec.target, external_ref,
+                                   spec.target_options, webhook_url)  # the cheap check first
+        ref = JobRef(job_id, tenant, external_ref, dict(spec.target_options), scope=scope or {})
+        check_owner(spec.target, ref)
     row = {
         "id": job_id, "tenant": tenant, "name": spec.name or job_id, "external_ref": external_ref,
         "target": spec.target, "target_options": dict(spec.target_options),
@@ -175,8 +186,8 @@ def register_job(
                                    spec.target_options, webhook_url)
         _check_live_quota(conn, tenant, effective(quota, default_limits or UNLIMITED))
         _check_ref_free(conn, tenant, spec.target, external_ref)
-        if not job_store.insert(conn, row):  # another registration of the same reference won the race
-            raise _ref_taken(spec.target, external_ref, None)
+        if not job_store.insert(conn, row):  # cannot happen: registrations of one tenant serialise
+            raise Conflict(f"external_ref: {spec.target} job {external_ref!r} was registered meanwhile.")
     return get_job(store, job_id, tenant)
 
 
@@ -191,16 +202,12 @@ def _check_live_quota(conn: Conn, tenant: str, limits: FairLimits) -> None:
 
 
 def _check_ref_free(conn: Conn, tenant: str, target: str, ref: str) -> None:
-    """A clear message before the unique index says no (it still decides under a race)."""
-    holder = job_store.live_holder(conn, target, ref)
+    """A clear message before the unique index says no. It speaks only of the tenant's own jobs:
+    the index is per tenant, so another tenant's use of a reference is never visible here."""
+    holder = job_store.live_holder(conn, tenant, target, ref)
     if holder is not None:
-        raise _ref_taken(target, ref, holder[0] if holder[1] == tenant else None)
-
-
-def _ref_taken(target: str, ref: str, own_job: str | None) -> Conflict:
-    which = f"your job {own_job}" if own_job else "another live job"
-    return Conflict(f"external_ref: {target} job {ref!r} already belongs to {which}; an external reference "
-                    f"belongs to one live job only.")
+        raise Conflict(f"external_ref: {target} job {ref!r} already belongs to your live job {holder}; a "
+                       f"reference belongs to one live job of a tenant.")
 
 
 def get_job(store: Store, job_id: str, tenant: str | None) -> dict[str, Any]:

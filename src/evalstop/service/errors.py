@@ -33,6 +33,12 @@ class PayloadTooLarge(DomainError):
     status_code = 413
 
 
+class BackendUnavailable(DomainError):
+    """The backend that must vouch for a request could not be asked now; retry (503)."""
+
+    status_code = 503
+
+
 class Forbidden(DomainError):
     """An operator-only action, or acting for another tenant by name (403)."""
 

@@ -97,6 +97,16 @@ class TokenBuckets:
         self.take(tenant, n, limits)
         return True
 
+    def charge(self, tenant: str, tokens: float, limits: Limits) -> None:
+        """Take ``tokens`` after the fact (work already done, such as a rule's CPU time): the
+        bucket may go into debt, down to minus one burst, and refuses until it has refilled."""
+        rate, cap = limits.scores_per_s, float(limits.burst)
+        with self._lock:
+            now = self.clock()
+            held, at = self._state.get(tenant, (cap, now))
+            held = min(cap, held + (now - at) * rate)
+            self._state[tenant] = (max(-cap, held - tokens), now)
+
 
     def check_not_empty(self, tenant: str, limits: Limits) -> None:
         """Raise :class:`RateLimited` if the bucket holds less than one token, without taking
@@ -108,6 +118,12 @@ class TokenBuckets:
             tokens = min(float(limits.burst), found[0] + (self.clock() - found[1]) * limits.scores_per_s)
         if tokens < 1:
             raise refusal(tenant, 1, tokens, limits)
+
+
+def rule_work_tokens(n_scores: int, rule_cpu_s: float, ms_per_score: float) -> float:
+    """The tokens a request owes beyond its ``n_scores``: each score's token covers
+    ``ms_per_score`` of its rule's CPU; every further ``ms_per_score`` costs one more."""
+    return max(0.0, 1000.0 * rule_cpu_s / ms_per_score - n_scores)
 
 
 def refusal(tenant: str, n: int, tokens: float, limits: Limits) -> RateLimited:
@@ -150,6 +166,12 @@ class SharedTokenBuckets(TokenBuckets):
                 return True
         return False
 
+    def charge(self, tenant: str, tokens: float, limits: Limits) -> None:
+        """Debt on this replica's lease (at most one burst): the next :meth:`take` leases it from
+        the shared bucket before any new score is admitted."""
+        with self._lock:
+            self._leased[tenant] = max(-float(limits.burst), self._leased.get(tenant, 0.0) - tokens)
+
     def take(self, tenant: str, n: int, limits: Limits) -> None:
         if self.take_local(tenant, n, limits):
             return
@@ -157,7 +179,7 @@ class SharedTokenBuckets(TokenBuckets):
             raise refusal(tenant, n, 0.0, limits)
         with self._lock:
             have = self._leased.pop(tenant, 0.0)
-        need = n - have
+        need = min(n - have, float(limits.burst))  # a debt is paid at most one burst at a time
         granted, tokens = self._lease(tenant, need, need + limits.scores_per_s * self.lease_s, limits)
         with self._lock:
             left = have if granted == 0.0 else granted - need

@@ -27,6 +27,7 @@ Rules (documented in the README):
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
@@ -63,6 +64,9 @@ class IngestResult:
     best_step: int | None
     best_score: float | None
     best_checkpoint_uri: str | None
+    #: CPU seconds the job's rule took on this request (load, fold in, serialise its state);
+    #: charged to the tenant's bucket after the reply is known (not part of the reply).
+    rule_cpu_s: float = 0.0
 
 
 def ingest_scores(
@@ -113,7 +117,8 @@ def _merged(results: Sequence[IngestResult]) -> IngestResult:
     deciding = next((r for r in results if r.decided_now), None)
     return replace(
         last, accepted=sum(r.accepted for r in results), duplicates=sum(r.duplicates for r in results),
-        decided_now=deciding is not None, reason=last.reason if deciding is None else deciding.reason)
+        decided_now=deciding is not None, reason=last.reason if deciding is None else deciding.reason,
+        rule_cpu_s=sum(r.rule_cpu_s for r in results))
 
 
 def _ingest(
@@ -122,10 +127,15 @@ def _ingest(
     job = job_store.read_for_ingest(store, conn, job_id, tenant)
     # Load (or rebuild from the stored history) before inserting, so a rebuild never sees the
     # new rows, which are observed once below.
+    started = time.thread_time()
     monitor = load_monitor(conn, job, store.limits.max_history)
+    rule_cpu_s = time.thread_time() - started
     new, duplicates = score_store.new_scores(conn, job, scores_in)
+    started = time.thread_time()
     changed = observe_new(monitor, new, job["metric"]) or job.get("monitor_state") is None
-    score_store.write(store, conn, job_id, new, now, monitor.to_json() if changed else None)
+    monitor_json = monitor.to_json() if changed else None
+    rule_cpu_s += time.thread_time() - started
+    score_store.write(store, conn, job_id, new, now, monitor_json)
     verdict = monitor.verdict
     decided_now, note, state = False, verdict.reason, job["state"]
     enforced, shadow_stop = bool(job["enforced"]), bool(job["shadow_stop"])
@@ -139,7 +149,7 @@ def _ingest(
         decision="stop" if enforced else "continue", state=state, reason=note,
         decided_now=decided_now, shadow_stop=shadow_stop, stop_step=verdict.stop_step,
         n_evals=monitor.n_evals + monitor.n_ignored, best_step=verdict.best_step,
-        best_score=verdict.best_score, best_checkpoint_uri=monitor.best_checkpoint,
+        best_score=verdict.best_score, best_checkpoint_uri=monitor.best_checkpoint, rule_cpu_s=rule_cpu_s,
     )
 
 

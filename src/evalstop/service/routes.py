@@ -16,7 +16,7 @@ from starlette.concurrency import run_in_threadpool
 from . import controls, domain, reports, tokens
 from .context import ServiceContext
 from .errors import Forbidden, InvalidInput
-from .limits import check_rule_cost
+from .limits import charge_rule_work, check_rule_cost
 from .schemas import (
     DecisionOut,
     IngestOut,
@@ -175,7 +175,8 @@ def register_job(body: JobIn, ctx: Ctx, who: Caller) -> dict[str, Any]:
     check_rule_cost(domain.resolve_detector(spec.detector, spec.mode), ctx.settings.rule_max_window)
     webhook_url = ctx.settings.adapter_settings.get("webhook", {}).get("url")
     return domain.register_job(ctx.store, owner, spec, ctx.adapters.check, webhook_url=webhook_url,
-                               default_limits=ctx.policies.defaults)
+                               default_limits=ctx.policies.defaults,
+                               check_owner=ctx.adapters.check_registration)
 
 
 @router.get("/jobs", response_model=list[JobOut], tags=["jobs"])
@@ -211,6 +212,8 @@ async def ingest_reply(
     ctx.metrics.scores_ingested.inc(result.accepted)
     if result.decided_now:
         ctx.metrics.decisions.labels(source="detector", shadow=str(result.shadow_stop).lower()).inc()
+    if who.tenant is not None:
+        charge_rule_work(ctx, who.tenant, len(items), result.rule_cpu_s)
     reply = {name: getattr(result, name) for name in INGEST_FIELDS}
     return Response(_json(reply), media_type="application/json")
 
@@ -231,7 +234,7 @@ async def _admit(ctx: ServiceContext, tenant: str, items: list[ScoreIn]) -> None
                                f"{tenant!r}'s checkpoint prefixes {prefixes}.")
 
 
-INGEST_FIELDS = tuple(f.name for f in fields(domain.IngestResult))
+INGEST_FIELDS = tuple(f.name for f in fields(domain.IngestResult) if f.name != "rule_cpu_s")
 
 
 def _json(content: Any) -> bytes:

@@ -45,10 +45,17 @@ class ServiceSettings(BaseSettings):
     #: (mann-kendall ``max_window``, slaq ``window``); registration above it is 422
     #: (:mod:`evalstop.service.limits`, docs/service.md).
     rule_max_window: int = Field(default=256, ge=1)
+    #: Rule work charged to the tenant: a score's token covers this many ms of its rule's CPU;
+    #: each further such slice costs one more token, taken after the request (docs/service.md).
+    rule_ms_per_score: float = Field(default=1.0, gt=0)
     run_worker: bool = True
     worker_poll_s: float = Field(default=0.1, gt=0, le=60)
     worker_lease_s: float = Field(default=30.0, gt=0)
     worker_max_attempts: int = Field(default=8, ge=1)
+    #: Outbox delivery threads per replica, and the most of them one tenant's stops may hold at
+    #: once (a tenant whose receiver hangs delays only its own stops; docs/service.md, "Fair delivery").
+    worker_threads: int = Field(default=8, ge=1, le=256)
+    worker_per_tenant: int = Field(default=2, ge=1)
     backoff_base_s: float = Field(default=0.5, gt=0)
     backoff_max_s: float = Field(default=60.0, gt=0)
     #: Adapters outside the built-in registry: ``{"name": "package.module:factory"}``; the factory

@@ -12,8 +12,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from .adapters._base import EnforcementAdapter
-from .errors import InvalidInput
+from .adapters._base import AdapterError, EnforcementAdapter, JobRef, NotOwned
+from .errors import BackendUnavailable, InvalidInput
 
 
 class UnknownTarget(LookupError):
@@ -53,6 +53,22 @@ class AdapterRegistry:
             self.get(name)
         except UnknownTarget as exc:
             raise InvalidInput(f"target: {exc}") from None
+
+    def check_registration(self, name: str, job: JobRef) -> None:
+        """Ask the backend, at registration, whether ``job`` is the tenant's
+        (``check_owner(must_exist=True)``): InvalidInput (422) naming ``external_ref`` when it
+        is not or when the backend does not know it yet; BackendUnavailable (503) when the
+        backend cannot be asked now."""
+        try:
+            self.get(name).check_owner(job, must_exist=True)
+        except UnknownTarget as exc:
+            raise InvalidInput(f"target: {exc}") from None
+        except NotOwned as exc:
+            reason = str(exc).removeprefix(f"job {job.job_id}: ")
+            raise InvalidInput(f"external_ref: {reason}.") from None
+        except AdapterError as exc:
+            raise BackendUnavailable(f"external_ref: could not ask {name} whether job {job.external_ref!r} "
+                                     f"is tenant {job.tenant!r}'s ({exc}); retry later.") from None
 
     def _build(self, name: str) -> EnforcementAdapter:
         options = self.settings.get(name, {})

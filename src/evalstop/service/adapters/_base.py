@@ -45,6 +45,12 @@ class NotOwned(AdapterError):
         super().__init__(message, retryable=False)
 
 
+def unknown_job(job: JobRef, backend: str, submitted_by: str) -> str:
+    """Why registration refuses a job the backend does not know (yet)."""
+    return (f"{backend} does not know job {job.external_ref!r} (yet), so it cannot show that the job is "
+            f"tenant {job.tenant!r}'s; register it after {submitted_by} has created it")
+
+
 def scope_section(job: JobRef, target: str) -> Mapping[str, Any] | None:
     """The ``target`` section of the job's scope; None when the caller is unscoped (library use).
     A scoped job without that section is refused."""
@@ -75,10 +81,13 @@ class EnforcementAdapter(ABC):
     def is_stopped(self, job: JobRef) -> bool:
         """Reconcile: True once the job no longer holds its resources."""
 
-    def check_owner(self, job: JobRef) -> None:  # noqa: B027 - adapters with a backend override it
-        """Raise :class:`NotOwned` unless the backend says the job lies in ``job.scope``. A job
-        the backend no longer knows passes (there is nothing to act on). The worker calls this
-        before every action that changes the job."""
+    def check_owner(self, job: JobRef, *, must_exist: bool = False) -> None:  # noqa: B027 - overridden
+        """Raise :class:`NotOwned` unless the backend says the job lies in ``job.scope``. The
+        worker calls this before every action that changes the job: there a job the backend no
+        longer knows passes (nothing to act on). Registration calls it with ``must_exist``: where
+        the adapter asks the backend (the scope names something only the backend can tell), a
+        job the backend does not know (yet) is refused, so nobody registers another's next job.
+        Messages name the tenant's scope, never what the backend says about another's job."""
 
     def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Release what the adapter holds (HTTP connection pools); call at shutdown."""

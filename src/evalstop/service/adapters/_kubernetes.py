@@ -15,7 +15,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from evalstop.service.adapters._base import AdapterError, EnforcementAdapter, JobRef, NotOwned, scope_section
+from evalstop.service.adapters._base import (
+    AdapterError,
+    EnforcementAdapter,
+    JobRef,
+    NotOwned,
+    scope_section,
+)
 from evalstop.service.adapters._common import (
     RETRYABLE_STATUS,
     fail_for_status,
@@ -106,9 +112,12 @@ class KubernetesAdapter(EnforcementAdapter):
         return f"/apis/kueue.x-k8s.io/{self.kueue_version}/namespaces/{namespace}/workloads"
 
     # --- steps --------------------------------------------------------------------------------
-    def check_owner(self, job: JobRef) -> None:
+    def check_owner(self, job: JobRef, *, must_exist: bool = False) -> None:
         """The namespace is one of the scope's, and the object carries every label of the
-        scope's selector (read from the API server, not from the registration)."""
+        scope's selector (read from the API server, not from the registration; asked only when
+        the scope names labels). An object not created yet passes, also at registration
+        (``must_exist``): its namespace is the tenant's, and its labels are checked before
+        every action."""
         scope = scope_section(job, self.name)
         if scope is None:
             return
@@ -120,12 +129,12 @@ class KubernetesAdapter(EnforcementAdapter):
         if not wanted:
             return
         obj = self._call("GET", self._object_path(job), f"k8s owner check for job {job.job_id}")
-        if obj is None:
+        if obj is None:  # also at registration: the namespace already bounds the name (docs/service.md)
             return
         labels = obj.get("metadata", {}).get("labels") or {}
-        wrong = {k: labels.get(k) for k, v in wanted.items() if labels.get(k) != v}
+        wrong = sorted(k for k, v in wanted.items() if labels.get(k) != v)
         if wrong:
-            raise NotOwned(f"job {job.job_id}: {job.external_ref} has labels {wrong}, outside tenant "
+            raise NotOwned(f"job {job.job_id}: {job.external_ref} has labels {wrong} other than tenant "
                            f"{job.tenant!r}'s selector {wanted}")
 
     def pin_checkpoint(self, job: JobRef, checkpoint_uri: str | None) -> None:

@@ -15,7 +15,14 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
-from evalstop.service.adapters._base import AdapterError, EnforcementAdapter, JobRef, NotOwned, scope_section
+from evalstop.service.adapters._base import (
+    AdapterError,
+    EnforcementAdapter,
+    JobRef,
+    NotOwned,
+    scope_section,
+    unknown_job,
+)
 from evalstop.service.adapters._common import (
     fail_for_status,
     import_httpx,
@@ -67,10 +74,14 @@ class RayJobsAdapter(EnforcementAdapter):
         status = reply.get("status") if reply is not None else None
         return str(status) if status is not None else None
 
-    def check_owner(self, job: JobRef) -> None:
+    def check_owner(self, job: JobRef, *, must_exist: bool = False) -> None:
         """The submission id has one of the scope's prefixes (on a segment boundary), and the job
         was submitted with every ``metadata`` key/value the scope names
-        (``ray job submit --metadata-json``)."""
+        (``ray job submit --metadata-json``). Ray is asked only when the scope names metadata.
+        A job Ray does not know passes, also at registration when the scope has prefixes (the
+        id lies in the tenant's own namespace of ids, so it may register before it submits);
+        with metadata alone, nothing shows an unknown id is the tenant's, so ``must_exist``
+        refuses it."""
         scope = scope_section(job, self.name)
         if scope is None:
             return
@@ -81,11 +92,13 @@ class RayJobsAdapter(EnforcementAdapter):
         wanted = dict(scope.get("metadata") or {})
         reply = self.info(job) if wanted else None
         if reply is None:
+            if wanted and must_exist and not prefixes:
+                raise NotOwned(unknown_job(job, "Ray", "ray job submit"))
             return
         metadata = reply.get("metadata") or {}
-        wrong = {k: metadata.get(k) for k, v in wanted.items() if metadata.get(k) != v}
+        wrong = sorted(k for k, v in wanted.items() if metadata.get(k) != v)
         if wrong:
-            raise NotOwned(f"job {job.job_id}: Ray job {job.external_ref!r} has metadata {wrong}, outside "
+            raise NotOwned(f"job {job.job_id}: Ray job {job.external_ref!r} has metadata {wrong} other than "
                            f"tenant {job.tenant!r}'s scope {wanted}")
 
     def _stop(self, job: JobRef, verb: str) -> None:

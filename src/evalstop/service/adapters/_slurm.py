@@ -18,7 +18,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from evalstop.service.adapters._base import AdapterError, EnforcementAdapter, JobRef, NotOwned, scope_section
+from evalstop.service.adapters._base import (
+    AdapterError,
+    EnforcementAdapter,
+    JobRef,
+    NotOwned,
+    scope_section,
+    unknown_job,
+)
 from evalstop.service.adapters._common import setting_float, write_pin_marker
 
 log = logging.getLogger("evalstop.service.adapters.slurm")
@@ -68,20 +75,23 @@ def slurm_job_id(job: JobRef) -> str:
     return ref
 
 
-def check_slurm_owner(job: JobRef, records: Sequence[Mapping[str, str]]) -> None:
+def check_slurm_owner(job: JobRef, records: Sequence[Mapping[str, str]], *, must_exist: bool = False) -> None:
     """Refuse unless every record (one per array task) has an account, user and partition the
     tenant's slurm scope allows (an empty list in the scope allows any; a record without the
-    field never matches a list, also one with an empty entry)."""
+    field never matches a list, also one with an empty entry). With ``must_exist``, no record
+    (Slurm does not know the job) is refused too."""
     scope = scope_section(job, "slurm")
     if scope is None:
         return
+    if must_exist and not records:
+        raise NotOwned(unknown_job(job, "Slurm", "sbatch"))
     for record in records:
         for key, allowed in (("account", scope.get("accounts")), ("user", scope.get("users")),
                              ("partition", scope.get("partitions"))):
             if allowed and (not record.get(key) or record.get(key) not in allowed):
-                raise NotOwned(f"job {job.job_id}: Slurm job {job.external_ref} has {key} "
-                               f"{record.get(key)!r}, outside tenant {job.tenant!r}'s scope "
-                               f"({key}s {list(allowed)})")
+                raise NotOwned(f"job {job.job_id}: the {key} of Slurm job {job.external_ref} is outside "
+                               f"tenant {job.tenant!r}'s scope ({key}s {list(allowed)})")
+
 
 
 def parse_show_job(text: str) -> list[dict[str, str]]:
@@ -131,13 +141,14 @@ class SlurmAdapter(EnforcementAdapter):
     def _job_id(self, job: JobRef) -> str:
         return slurm_job_id(job)
 
-    def check_owner(self, job: JobRef) -> None:
+    def check_owner(self, job: JobRef, *, must_exist: bool = False) -> None:
         if job.scope is None:
             return
         result = self.run(["scontrol", "show", "job", "-o", self._job_id(job)])
-        if classify(f"slurm owner check for job {job.job_id}", result) == "gone":
+        gone = classify(f"slurm owner check for job {job.job_id}", result) == "gone"
+        if gone and not must_exist:
             return
-        check_slurm_owner(job, parse_show_job(result.stdout))
+        check_slurm_owner(job, [] if gone else parse_show_job(result.stdout), must_exist=must_exist)
 
     def pin_checkpoint(self, job: JobRef, checkpoint_uri: str | None) -> None:
         if checkpoint_uri is None:

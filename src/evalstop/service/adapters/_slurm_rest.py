@@ -74,15 +74,16 @@ class SlurmRestAdapter(EnforcementAdapter):
             states.append(str(state[0] if isinstance(state, list) and state else state))
         return states
 
-    def check_owner(self, job: JobRef) -> None:
+    def check_owner(self, job: JobRef, *, must_exist: bool = False) -> None:
         if job.scope is None:
             return
         outcome, body = self._call("GET", job, f"slurm owner check for job {job.job_id}")
-        if outcome == "gone":
+        if outcome == "gone" and not must_exist:
             return
-        records = [{"account": str(e.get("account") or ""), "user": str(e.get("user_name") or ""),
-                    "partition": str(e.get("partition") or "")} for e in body.get("jobs", [])]
-        check_slurm_owner(job, records)
+        records = [] if outcome == "gone" else [
+            {"account": str(e.get("account") or ""), "user": str(e.get("user_name") or ""),
+             "partition": str(e.get("partition") or "")} for e in body.get("jobs", [])]
+        check_slurm_owner(job, records, must_exist=must_exist)
 
     def pin_checkpoint(self, job: JobRef, checkpoint_uri: str | None) -> None:
         if checkpoint_uri is None:

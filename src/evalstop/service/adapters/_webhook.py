@@ -104,7 +104,7 @@ class WebhookAdapter(EnforcementAdapter):
                                retryable=False)
         return url
 
-    def check_owner(self, job: JobRef) -> None:
+    def check_owner(self, job: JobRef, *, must_exist: bool = False) -> None:
         """The URL posted to is still under one of the tenant's prefixes (the scope may have
         shrunk since registration)."""
         from evalstop.service.scopes import url_within

@@ -3,8 +3,8 @@ epoch, and keep its delivery history (``delivery_events``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Collection, Mapping
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, RowMapping
@@ -15,15 +15,30 @@ from .tables import decisions, delivery_events, jobs, outbox, tenants
 TERMINAL = ("done", "failed")
 
 
-def claim(store: Store, now: float, lease_s: float, owner: str) -> tuple[int, int] | None:
-    """Lease the next due row: ``(id, fencing epoch)``, or None. On PostgreSQL the row is picked
-    with ``FOR UPDATE SKIP LOCKED``, so replicas claiming at once take different rows without
-    waiting on each other; the epoch is bumped by every claim."""
+class Claim(NamedTuple):
+    """A leased outbox row: its id, the fencing epoch of this lease, and the job's tenant."""
+
+    row_id: int
+    epoch: int
+    tenant: str
+
+
+def claim(
+    store: Store, now: float, lease_s: float, owner: str, skip_tenants: Collection[str] = (),
+) -> Claim | None:
+    """Lease the next due row whose job's tenant is not in ``skip_tenants`` (those already using
+    all the delivery slots they may have), or None. On PostgreSQL the row is picked with
+    ``FOR UPDATE SKIP LOCKED``, so replicas claiming at once take different rows without waiting
+    on each other (only the outbox row is locked: the tenant filter is a subquery, not a join);
+    the epoch is bumped by every claim."""
     free = sa.or_(outbox.c.lease_until.is_(None), outbox.c.lease_until < now)
-    query = store.dialect.claimable(
-        sa.select(outbox.c.id, outbox.c.lease_epoch)
-        .where(outbox.c.phase.not_in(TERMINAL), outbox.c.next_attempt_at <= now, free)
-        .order_by(outbox.c.next_attempt_at).limit(1))
+    due = sa.select(outbox.c.id, outbox.c.lease_epoch, outbox.c.job_id).where(
+        outbox.c.phase.not_in(TERMINAL), outbox.c.next_attempt_at <= now, free)
+    if skip_tenants:
+        busy = sa.select(jobs.c.id).where(jobs.c.id == outbox.c.job_id,
+                                         jobs.c.tenant.in_(sorted(skip_tenants)))
+        due = due.where(~busy.exists())
+    query = store.dialect.claimable(due.order_by(outbox.c.next_attempt_at, outbox.c.id).limit(1))
     with store.transaction() as conn:
         row = conn.execute(query).first()
         if row is None:
@@ -31,7 +46,8 @@ def claim(store: Store, now: float, lease_s: float, owner: str) -> tuple[int, in
         epoch = int(row.lease_epoch) + 1
         conn.execute(outbox.update().where(outbox.c.id == row.id, outbox.c.lease_epoch == row.lease_epoch)
                      .values(lease_until=now + lease_s, lease_owner=owner, lease_epoch=epoch))
-    return int(row.id), epoch
+        tenant = conn.execute(sa.select(jobs.c.tenant).where(jobs.c.id == row.job_id)).scalar_one()
+    return Claim(int(row.id), epoch, str(tenant))
 
 
 def release_leases(store: Store, owner: str) -> int:

@@ -85,15 +85,17 @@ def count_live(conn: Connection, tenant: str) -> int:
     return int(conn.execute(live).scalar_one())
 
 
-def live_holder(conn: Connection, target: str, ref: str) -> tuple[str, str] | None:
-    """``(job id, tenant)`` of the live job that holds ``target``/``ref``, if any."""
-    holder = conn.execute(sa.select(jobs.c.id, jobs.c.tenant).where(
-        jobs.c.target == target, jobs.c.external_ref == ref, jobs.c.state != "stopped")).first()
-    return None if holder is None else (str(holder.id), str(holder.tenant))
+def live_holder(conn: Connection, tenant: str, target: str, ref: str) -> str | None:
+    """The id of ``tenant``'s live job that holds ``target``/``ref``, if any."""
+    holder = conn.execute(sa.select(jobs.c.id).where(
+        jobs.c.tenant == tenant, jobs.c.target == target, jobs.c.external_ref == ref,
+        jobs.c.state != "stopped")).scalar()
+    return None if holder is None else str(holder)
 
 
 def insert(conn: Connection, values: Mapping[str, Any]) -> bool:
-    """Insert the job row; False when another live job holds its reference (the unique index)."""
+    """Insert the job row; False when another live job of its tenant holds its reference (the
+    unique index)."""
     try:
         with conn.begin_nested():
             conn.execute(jobs.insert().values(**values))

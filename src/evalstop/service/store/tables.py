@@ -60,8 +60,9 @@ jobs = sa.Table(
     #: The job's Monitor (``Monitor.to_json()``): its rule state, best eval and checkpoint.
     #: NULL: rebuilt once from the stored scores (service/monitoring.py).
     sa.Column("monitor_state", sa.JSON(none_as_null=True), nullable=True),
-    # an external reference belongs to one live job only (stopped jobs release it)
-    sa.Index("uq_jobs_live_ref", "target", "external_ref", unique=True,
+    # an external reference belongs to one live job of a tenant (stopped jobs release it); per
+    # tenant, so a tenant can neither squat another's reference nor learn that it is in use
+    sa.Index("uq_jobs_live_ref", "tenant", "target", "external_ref", unique=True,
              sqlite_where=sa.text("state != 'stopped'"), postgresql_where=sa.text("state != 'stopped'")),
 )
 

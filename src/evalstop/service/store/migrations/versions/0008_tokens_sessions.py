@@ -2,7 +2,7 @@
 (issue 22, items 5-7).
 
 Revision ID: 0008
-Revises: 0005 (the lead re-chains this session's migrations at merge)
+Revises: 0007 (the lead re-chains this session's migrations at merge)
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0008"
-down_revision = "0005"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 
