@@ -63,6 +63,8 @@ class IngestResult:
     best_step: int | None
     best_score: float | None
     best_checkpoint_uri: str | None
+    #: ``NextEval.to_dict()`` after these scores; None once a stop is enforced or the job no longer runs
+    next_eval: dict[str, Any] | None = None
 
 
 def ingest_scores(
@@ -140,6 +142,7 @@ def _ingest(
         decided_now=decided_now, shadow_stop=shadow_stop, stop_step=verdict.stop_step,
         n_evals=monitor.n_evals + monitor.n_ignored, best_step=verdict.best_step,
         best_score=verdict.best_score, best_checkpoint_uri=monitor.best_checkpoint,
+        next_eval=None if enforced or state != "running" else monitor.next_eval().to_dict(),
     )
 
 

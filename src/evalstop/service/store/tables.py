@@ -55,6 +55,11 @@ jobs = sa.Table(
     #: The job's Monitor (``Monitor.to_json()``): its rule state, best eval and checkpoint.
     #: NULL: rebuilt once from the stored scores (service/monitoring.py).
     sa.Column("monitor_state", sa.JSON(none_as_null=True), nullable=True),
+    #: The job's eval cadence policy (a ``detectors._cadence`` spec; rows before 0006: every:n=1,
+    #: every eval) and the steps between its eval opportunities (NULL: unknown; hints count
+    #: opportunities only).
+    sa.Column("cadence", sa.String(200), nullable=False, server_default="every:n=1"),
+    sa.Column("eval_interval", sa.BigInteger, nullable=True),
     # an external reference belongs to one live job only (stopped jobs release it)
     sa.Index("uq_jobs_live_ref", "target", "external_ref", unique=True,
              sqlite_where=sa.text("state != 'stopped'"), postgresql_where=sa.text("state != 'stopped'")),
@@ -73,6 +78,8 @@ scores = sa.Table(
     sa.Column("loss", sa.Float, nullable=True),
     sa.Column("ts", sa.Float, nullable=True),
     sa.Column("received_at", sa.Float, nullable=False),
+    #: the value's standard error as the client reported it (NULL: not given)
+    sa.Column("score_stderr", sa.Float, nullable=True),
     sa.UniqueConstraint("job_id", "metric", "step", name="uq_scores_job_metric_step"),
 )
 
