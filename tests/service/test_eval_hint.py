@@ -147,3 +147,16 @@ def test_the_fast_lane_and_the_route_reply_byte_for_byte(api: Api, monkeypatch: 
     assert set(calls) == {fast}
     assert b'"next_eval":{"after":1,"step":28,"elevated":true,"done":false}' in replies[1]
     assert replies[-1].endswith(b'"next_eval":null}')
+
+
+def test_a_big_batch_stores_each_stderr(api_any_db: Api) -> None:
+    """Over 50 scores PostgreSQL writes with COPY: the new column travels that way too."""
+    api = api_any_db
+    token = api.tenant("acme")
+    job = api.job(token, detector="cusum")["id"]
+    items = [{"step": s, "value": 0.01 * s, **({"score_stderr": 0.001 * s} if s % 2 else {})}
+             for s in range(1, 121)]
+    r = api.post(token, job, {"scores": items})
+    assert r.status_code == 200 and r.json()["accepted"] == 120, r.text
+    rows = api.client.get(f"/v1/jobs/{job}/scores?limit=1000", headers=api.as_(token)).json()
+    assert [r["score_stderr"] for r in rows] == [0.001 * s if s % 2 else None for s in range(1, 121)]
