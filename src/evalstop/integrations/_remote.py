@@ -5,13 +5,14 @@ The expected API (``evalstop.service``)::
     POST {url}/v1/jobs/{job_id}/scores
     Authorization: Bearer {token}
     {"step": 120, "value": 0.61, "progress": 0.4, "loss": 1.9, "metric": "eval_gold",
-     "checkpoint_uri": "/runs/a/checkpoint-120"}
+     "checkpoint_uri": "/runs/a/checkpoint-120", "score_stderr": 0.02}
     -> 200 {"decision": "continue" | "stop", "reason": "...", "stop_step": int | null,
             "best_step": int | null, "best_score": float | null, "shadow_stop": bool,
             "next_eval": {"after": int, "step": int | null, "elevated": bool, "done": bool}, ...}
 
 ``next_eval`` (``NextEval.to_dict()``, optional) says when the next eval is worth running;
 ``RemoteHistory.next_eval()`` returns it (None when the reply carries none or it is malformed).
+``score_stderr`` is sent when the eval carries a finite standard error.
 
 The service runs the job's rule; ``decision`` is "stop" once a stop is decided and enforced (a
 shadow-mode stop answers "continue"). The client is the Python standard library only. It fails
@@ -29,7 +30,7 @@ import urllib.parse
 import urllib.request
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .._validation import check_float
@@ -81,7 +82,13 @@ class RemoteJob:
 
 
 class RemoteHistory:
-    """A job's eval history whose verdicts come from the service (same interface as EvalHistory)."""
+    """A job's eval history whose verdicts come from the service (same interface as EvalHistory).
+
+    The service's job monitor is the one that decides: this client runs no rule. It keeps only
+    what it answers its caller with: the verdict and best eval of the service's latest reply, its
+    ``next_eval`` hint, the evals it saw (for the record file), and what never reached the
+    service (non-finite scores, failed posts). A remote verdict names steps, not positions:
+    ``stop_index`` and ``best_index`` are None (the service counts the evals it was sent)."""
 
     def __init__(
         self, job: RemoteJob, metric: str | None = None, checkpoint_uri: Callable[[int], str] | None = None
@@ -92,17 +99,18 @@ class RemoteHistory:
         self.evals: list[Eval] = []
         self.verdict = Verdict(Decision.CONTINUE, "no evals yet")
         self.n_failed = 0
-        self._fired_at: int | None = None
-        self._index_of: dict[int, int] = {}  # step -> position in ``evals`` (O(1) best_index)
+        self.fired_now = False
         self._next_eval: NextEval | None = None
 
     def add(self, ev: Eval) -> Verdict | None:
+        """Send ``ev`` and take the service's answer; None (nothing sent) for a step that does not
+        follow the last one, or once the service has stopped the job (its verdict is final)."""
         if (self.evals and ev.step <= self.evals[-1].step) or self.verdict.stopped:
             return None
-        self._index_of[ev.step] = len(self.evals)
+        self.fired_now = False
         self.evals.append(ev)
         if not math.isfinite(ev.score):
-            self.verdict = _replace_invalid(self.verdict, self.verdict.n_invalid + 1)
+            self.verdict = replace(self.verdict, n_invalid=self.verdict.n_invalid + 1)
             return self.verdict
         try:
             answer = self.job.post(self._payload(ev))
@@ -111,10 +119,9 @@ class RemoteHistory:
             warnings.warn(f"EvalStop service unreachable or failing ({exc}); the job continues.",
                           stacklevel=2)
             return self.verdict
-        self.verdict = self._verdict(answer)
+        self.verdict = _verdict(answer, self.verdict.n_invalid)
+        self.fired_now = self.verdict.stopped
         self._next_eval = _hint(answer.get("next_eval"))
-        if self.verdict.stopped:
-            self._fired_at = len(self.evals) - 1
         return self.verdict
 
     def _payload(self, ev: Eval) -> dict[str, Any]:
@@ -123,33 +130,17 @@ class RemoteHistory:
             payload["progress"] = min(max(ev.progress, 0.0), 1.0)
         if ev.loss is not None and math.isfinite(ev.loss):
             payload["loss"] = ev.loss
+        if ev.stderr is not None and math.isfinite(ev.stderr) and ev.stderr >= 0.0:
+            payload["score_stderr"] = ev.stderr
         if self.metric:
             payload["metric"] = self.metric
         if self.checkpoint_uri is not None:
             payload["checkpoint_uri"] = self.checkpoint_uri(ev.step)
         return payload
 
-    def _verdict(self, answer: dict[str, Any]) -> Verdict:
-        stop = answer["decision"] == "stop"
-        best_step = answer.get("best_step")
-        return Verdict(
-            decision=Decision.STOP if stop else Decision.CONTINUE,
-            reason=str(answer.get("reason", "")),
-            stop_index=len(self.evals) - 1 if stop else None,
-            stop_step=self.evals[-1].step if stop else None,
-            best_index=self._index_of.get(best_step) if isinstance(best_step, int) else None,
-            best_step=best_step,
-            best_score=answer.get("best_score"),
-            n_invalid=self.verdict.n_invalid,
-        )
-
     def next_eval(self) -> NextEval | None:
-        """The service's hint from its latest reply (None if it gave none)."""
+        """The service's hint from its latest reply (None if it gave none: e.g. the job is stopped)."""
         return self._next_eval
-
-    @property
-    def fired_now(self) -> bool:
-        return self._fired_at is not None and self._fired_at == len(self.evals) - 1
 
     @property
     def last_is_best(self) -> bool:
@@ -170,6 +161,22 @@ class RemoteHistory:
         }
 
 
+def _verdict(answer: dict[str, Any], n_invalid: int) -> Verdict:
+    """The service's reply as a Verdict: "stop" once a stop is decided and enforced (a shadow
+    stop answers "continue"), at the reply's ``stop_step``, with its best eval."""
+    stop = answer["decision"] == "stop"
+    best_step, best_score = answer.get("best_step"), answer.get("best_score")
+    stop_step = answer.get("stop_step")
+    return Verdict(
+        decision=Decision.STOP if stop else Decision.CONTINUE,
+        reason=str(answer.get("reason", "")),
+        stop_step=stop_step if stop and isinstance(stop_step, int) else None,
+        best_step=best_step if isinstance(best_step, int) else None,
+        best_score=float(best_score) if isinstance(best_score, (int, float)) else None,
+        n_invalid=n_invalid,
+    )
+
+
 def _hint(data: Any) -> NextEval | None:
     if not isinstance(data, dict):
         return None
@@ -178,11 +185,6 @@ def _hint(data: Any) -> NextEval | None:
     except (KeyError, TypeError, ValueError):
         warnings.warn(f"EvalStop service sent a malformed next_eval hint {data!r}; ignored.", stacklevel=3)
         return None
-
-
-def _replace_invalid(v: Verdict, n_invalid: int) -> Verdict:
-    return Verdict(v.decision, v.reason, v.stop_index, v.stop_step, v.best_index, v.best_step, v.best_score,
-                   n_invalid)
 
 
 __all__ = ["TOKEN_ENV", "RemoteHistory", "RemoteJob"]

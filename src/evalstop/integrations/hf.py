@@ -32,8 +32,10 @@ callback decides when the Trainer evaluates. ``eval_steps`` is the sparse base: 
 quiet gap (``every``) spans ``eval_steps``, so an opportunity comes every ``eval_steps / every``
 steps and the callback sets ``control.should_evaluate`` only at the step the monitor's
 ``next_eval()`` names (and clears it elsewhere). Needs ``eval_strategy="steps"``. In remote
-mode, with ``cadence`` given for the spacing, the ``next_eval`` hint of the service's reply is
-followed the same way (a reply without one leaves the Trainer's schedule alone).
+mode the ``next_eval`` hint of the service's reply is followed the same way: at its ``step``
+when the job was registered with an ``eval_interval``, else ``after`` opportunities spaced by
+``cadence`` (given for the spacing) and ``eval_steps``; a reply without a usable hint leaves the
+Trainer's schedule alone.
 
 Rewind instead of stop: ``on_detect=OnDetect("rewind", max_rewinds=1, correction="kl_coef*=2")``,
 with the callback added by ``callback.bind(trainer)`` (a ``kl_coef`` correction sets the trainer's
@@ -369,7 +371,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         return NextEval(hint.after, last + hint.after * self._eval_interval, hint.elevated, hint.done)
 
     def _follow_cadence(self, state: Any, control: Any) -> None:
-        if self._eval_interval is None or not self._training:
+        if not self._training:
             return
         hint = self.next_eval
         if hint is None or hint.step is None:

@@ -16,7 +16,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..detectors import DEFAULT_SPEC, Detector, format_spec, parse_spec
+from ..detectors import (
+    DEFAULT_CADENCE,
+    DEFAULT_SPEC,
+    CadencePolicy,
+    Detector,
+    format_cadence,
+    format_spec,
+    parse_cadence,
+    parse_spec,
+)
 from . import scopes as scoping
 from .actors import Actor, record
 from .adapters._base import JobRef
@@ -125,6 +134,8 @@ class JobSpec:
     gpus: int = 1
     expected_duration_s: float | None = None
     shadow: bool = False
+    cadence: str = DEFAULT_CADENCE
+    eval_interval: int | None = None
 
 
 def resolve_detector(spec: str, mode: str) -> Detector:
@@ -145,6 +156,17 @@ def resolve_detector(spec: str, mode: str) -> Detector:
     return detector
 
 
+def resolve_cadence(spec: str, eval_interval: int | None = None) -> CadencePolicy:
+    """Parse a job's eval cadence spec (``every:3``, ``adaptive:every=3,dense=1``) and check its
+    ``eval_interval`` (steps between eval opportunities: an int >= 1, or None if unknown)."""
+    if eval_interval is not None and (type(eval_interval) is not int or eval_interval < 1):
+        raise InvalidInput(f"eval_interval must be an int >= 1 (or null). Got {eval_interval!r} instead.")
+    try:
+        return parse_cadence(spec)
+    except (ValueError, TypeError) as exc:
+        raise InvalidInput(f"cadence: {exc}") from None
+
+
 def register_job(
     store: Store, tenant: str, spec: JobSpec, check_target: Callable[[str], None] = lambda _: None, *,
     webhook_url: str | None = None, default_limits: FairLimits | None = None,
@@ -160,6 +182,7 @@ def register_job(
     _check_name("target", spec.target)
     check_target(spec.target)
     detector = resolve_detector(spec.detector, spec.mode)
+    cadence = resolve_cadence(spec.cadence, spec.eval_interval)
     external_ref = scoping.canonical_ref(spec.target, spec.external_ref)
     job_id = uuid.uuid4().hex
     if check_owner is not None:
@@ -175,7 +198,8 @@ def register_job(
         "grace_period_s": spec.grace_period_s, "gpus": spec.gpus,
         "expected_duration_s": spec.expected_duration_s, "shadow": spec.shadow, "override": None,
         "state": "running", "created_at": store.clock(), "stopped_at": None,
-        "monitor_state": new_monitor_state(detector),
+        "monitor_state": new_monitor_state(detector, cadence, spec.eval_interval),
+        "cadence": format_cadence(cadence), "eval_interval": spec.eval_interval,
     }
     with store.transaction() as conn:
         owner = job_store.lock_owner(conn, tenant)  # registrations of one tenant serialise here

@@ -67,6 +67,8 @@ class IngestResult:
     #: CPU seconds the job's rule took on this request (load, fold in, serialise its state);
     #: charged to the tenant's bucket after the reply is known (not part of the reply).
     rule_cpu_s: float = 0.0
+    #: ``NextEval.to_dict()`` after these scores; None once a stop is enforced or the job no longer runs
+    next_eval: dict[str, Any] | None = None
 
 
 def ingest_scores(
@@ -150,6 +152,7 @@ def _ingest(
         decided_now=decided_now, shadow_stop=shadow_stop, stop_step=verdict.stop_step,
         n_evals=monitor.n_evals + monitor.n_ignored, best_step=verdict.best_step,
         best_score=verdict.best_score, best_checkpoint_uri=monitor.best_checkpoint, rule_cpu_s=rule_cpu_s,
+        next_eval=None if enforced or state != "running" else monitor.next_eval().to_dict(),
     )
 
 

@@ -4,7 +4,8 @@ Ingest loads the job's monitor (one JSON value on the job row it already reads),
 new scores of the watched metric with their checkpoint URIs, and writes the monitor back in the
 same transaction: a single-score POST costs the same at 10 evals as at 100,000, and never reads
 the score history. A job whose ``monitor_state`` is NULL (registered before the column existed)
-gets its monitor built once from its stored history, then persisted.
+gets its monitor built once from its stored history, then persisted (such a job predates
+cadences, so its monitor asks for every eval, as migration 0006 records for it).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
-from ..detectors import Detector, Monitor, parse_spec
+from ..detectors import CadencePolicy, Detector, Monitor, parse_spec
 from .score import ScoreIn
 from .store import Conn
 from .store import score as score_store
@@ -24,9 +25,12 @@ def detector_for(spec: str) -> Detector:
     return parse_spec(spec)
 
 
-def new_monitor_state(detector: Detector) -> dict[str, Any]:
-    """The ``monitor_state`` of a job registered with ``detector``."""
-    return Monitor(detector).to_json()
+def new_monitor_state(
+    detector: Detector, cadence: CadencePolicy | None = None, eval_interval: int | None = None
+) -> dict[str, Any]:
+    """The ``monitor_state`` of a job registered with ``detector``, its eval ``cadence`` (default
+    every:1) and ``eval_interval`` (steps between eval opportunities, if known)."""
+    return Monitor(detector, cadence, eval_interval).to_json()
 
 
 def load_monitor(conn: Conn, job: Mapping[Any, Any], max_history: int) -> Monitor:

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, StrictInt, Tag
 
-from ..detectors import DEFAULT_SPEC
+from ..detectors import DEFAULT_CADENCE, DEFAULT_SPEC
 from .fairness import Quota
 from .scopes import TenantScope, parse_scope
 from .score import ScoreIn as ScoreIn  # the score body is the domain's own type (re-exported)
@@ -80,6 +80,12 @@ class JobIn(Body):
     gpus: StrictInt = Field(default=1, ge=1, le=1_000_000)
     expected_duration_s: FiniteFloat | None = Field(default=None, gt=0, le=1e8)
     shadow: bool = False
+    cadence: str = Field(default=DEFAULT_CADENCE, min_length=1, max_length=200,
+                         description="When an eval is worth running: every:N or adaptive:every=N,dense=M, "
+                                     "in eval opportunities (docs/service.md, 'The eval hint').")
+    eval_interval: StrictInt | None = Field(default=None, ge=1, le=2**53,
+                                            description="Training steps between eval opportunities; "
+                                                        "given, the hint names a step too.")
 
 
 class Delivery(BaseModel):
@@ -103,6 +109,8 @@ class JobOut(BaseModel):
     gpus: int
     expected_duration_s: float | None
     shadow: bool
+    cadence: str = "every:n=1"
+    eval_interval: int | None = None
     override: str | None
     state: str
     created_at: float
@@ -136,6 +144,17 @@ class ScoreOut(BaseModel):
     loss: float | None
     ts: float | None
     received_at: float
+    score_stderr: float | None = None
+
+
+class NextEvalOut(BaseModel):
+    """The monitor's hint after this request's scores (``NextEval.to_dict()``)."""
+
+    after: int = Field(description="Run the next eval this many eval opportunities after the latest one.")
+    step: int | None = Field(description="That opportunity's training step (null: the job has no "
+                                         "eval_interval).")
+    elevated: bool = Field(description="The rule's evidence is elevated (a decline may have started).")
+    done: bool = Field(description="The rule has fired: no further eval is needed.")
 
 
 class IngestOut(BaseModel):
@@ -152,6 +171,9 @@ class IngestOut(BaseModel):
     best_step: int | None
     best_score: float | None
     best_checkpoint_uri: str | None
+    next_eval: NextEvalOut | None = Field(
+        default=None, description="When the next eval is worth running (the job's cadence and its rule's "
+        "evidence); null once a stop is decided and enforced, or the job no longer runs.")
 
 
 class DecisionOut(BaseModel):

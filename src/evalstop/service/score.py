@@ -33,7 +33,10 @@ class ScoreIn(BaseModel):
                                description="Defaults to the job's watched metric.")
     progress: Annotated[StrictNumber, Field(ge=0, le=1)] | None = None
     loss: StrictNumber | None = None
+    score_stderr: Annotated[StrictNumber, Field(ge=0)] | None = Field(
+        default=None, description="The value's standard error (e.g. the sd of per-prompt scores over "
+        "sqrt(n)); rules that measure noise use it for this eval. 0 or absent: the rule's own estimate.")
 
     def to_eval(self) -> Eval:
         """The eval a detector observes."""
-        return Eval(self.step, self.value, self.progress, self.loss)
+        return Eval(self.step, self.value, self.progress, self.loss, self.score_stderr)

@@ -88,7 +88,7 @@ def list_after(
     with store.reading() as conn:
         job = job_row(conn, job_id, tenant)
         cols = [scores.c[n] for n in ("metric", "step", "value", "checkpoint_uri", "progress", "loss",
-                                      "ts", "received_at")]
+                                      "ts", "received_at", "score_stderr")]
         query = (sa.select(*cols)
                  .where(scores.c.job_id == job_id, scores.c.metric == (metric or job["metric"]),
                         scores.c.step > after_step)

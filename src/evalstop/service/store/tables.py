@@ -60,6 +60,11 @@ jobs = sa.Table(
     #: The job's Monitor (``Monitor.to_json()``): its rule state, best eval and checkpoint.
     #: NULL: rebuilt once from the stored scores (service/monitoring.py).
     sa.Column("monitor_state", sa.JSON(none_as_null=True), nullable=True),
+    #: The job's eval cadence policy (a ``detectors._cadence`` spec; rows before 0006: every:n=1,
+    #: every eval) and the steps between its eval opportunities (NULL: unknown; hints count
+    #: opportunities only).
+    sa.Column("cadence", sa.String(200), nullable=False, server_default="every:n=1"),
+    sa.Column("eval_interval", sa.BigInteger, nullable=True),
     # an external reference belongs to one live job of a tenant (stopped jobs release it); per
     # tenant, so a tenant can neither squat another's reference nor learn that it is in use
     sa.Index("uq_jobs_live_ref", "tenant", "target", "external_ref", unique=True,
@@ -79,6 +84,8 @@ scores = sa.Table(
     sa.Column("loss", sa.Float, nullable=True),
     sa.Column("ts", sa.Float, nullable=True),
     sa.Column("received_at", sa.Float, nullable=False),
+    #: the value's standard error as the client reported it (NULL: not given)
+    sa.Column("score_stderr", sa.Float, nullable=True),
     sa.UniqueConstraint("job_id", "metric", "step", name="uq_scores_job_metric_step"),
 )
 

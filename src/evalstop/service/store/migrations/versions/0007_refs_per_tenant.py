@@ -7,7 +7,7 @@ so it never fails; a downgrade stops and names the live jobs of different tenant
 reference, as migration 0002 does.
 
 Revision ID: 0007
-Revises: 0005
+Revises: 0006
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0007"
-down_revision = "0005"
+down_revision = "0006"
 branch_labels = None
 depends_on = None
 
