@@ -13,6 +13,7 @@ import pytest
 from evalstop.detectors import DEFAULT_SPEC, Eval, KDeclines, Monitor, parse_cadence, parse_spec, watch
 from evalstop.experiments.policies import PolicySpec
 from evalstop.experiments.report import write_report
+from evalstop.experiments.simulate_cmd import load_config
 from evalstop.experiments.spec import SpecError, load_studies, parse_study
 from evalstop.experiments.suite import run_suite
 from evalstop.schedulers import FIFO, LAS, EvalStop, Scheduler, SRTFEst
@@ -179,3 +180,13 @@ def test_the_eval_cadence_study_reports_eval_gpu_hours_saved_against_recall(tmp_
     sparse = next(r for r in rows if "| default, every:3 |" in r)
     assert dense.split("|")[7].strip() == "—"  # the baseline has no change against itself
     assert sparse.split("|")[7].strip().startswith("-")  # every 3rd eval saves eval GPU-hours
+
+
+def test_evalstop_simulate_reads_the_cadence_and_the_eval_cost() -> None:
+    doc = {"workload": {"preset": "paper", "n_jobs": 50}, "sim": {"eval_cost": 0.1},
+           "policy": [{"label": "a", "detector": "default", "cadence": "adaptive:every=3,dense=1"}]}
+    config = load_config(doc)
+    assert config.sim.eval_cost == 0.1 and config.policies[0].cadence == "adaptive:every=3,dense=1"
+    scheduler, _ = config.policies[0].build(config.sim)
+    assert isinstance(scheduler, EvalStop) and scheduler.cadence == parse_cadence("adaptive") and not (
+        scheduler.dense_evals)

@@ -121,7 +121,8 @@ def load_config(doc: dict[str, Any], base_dir: Path | None = None) -> Config:
         watch = p.get("watch", ["rlhf"])
         policies.append(PolicySpec(p.get("label", p.get("base", "srtf")), p.get("base", "srtf"),
                                    p.get("base_params", {}), p.get("detector"),
-                                   None if watch == "all" else tuple(watch), p.get("oracle", False)))
+                                   None if watch == "all" else tuple(watch), p.get("oracle", False),
+                                   p.get("cadence")))
         try:
             policies[-1].build()  # validate names and parameters now, not mid-run
         except (ValueError, TypeError) as exc:
