@@ -96,4 +96,3 @@ def timeline(
             best = -1 if verdict.best_index is None else folded[verdict.best_index]
     ends = tuple(eval_target_s(duration_s, evals[i].progress) + k * cost for k, i in enumerate(used, start=1))
     return Timeline(tuple(used), ends, duration_s + len(used) * cost, cost, stop, best)
-
