@@ -13,7 +13,7 @@ import pytest
 from evalstop.detectors import DEFAULT_SPEC, Eval, KDeclines, Monitor, parse_cadence, parse_spec, watch
 from evalstop.experiments.policies import PolicySpec
 from evalstop.experiments.report import write_report
-from evalstop.experiments.simulate_cmd import load_config
+from evalstop.experiments.simulate_cmd import load_config, metrics_table_from_rows
 from evalstop.experiments.spec import SpecError, load_studies, parse_study
 from evalstop.experiments.suite import run_suite
 from evalstop.schedulers import FIFO, LAS, EvalStop, Scheduler, SRTFEst
@@ -190,3 +190,14 @@ def test_evalstop_simulate_reads_the_cadence_and_the_eval_cost() -> None:
     scheduler, _ = config.policies[0].build(config.sim)
     assert isinstance(scheduler, EvalStop) and scheduler.cadence == parse_cadence("adaptive") and not (
         scheduler.dense_evals)
+
+
+def test_evalstop_simulate_prints_the_eval_columns_only_when_evals_are_timed() -> None:
+    rule = KDeclines(k=2, against="best")
+    free = compute_metrics(simulate(one_job(), EvalStop(FIFO(), rule))).as_dict()
+    paid = compute_metrics(simulate(one_job(), EvalStop(FIFO(), rule), SimConfig(eval_cost=0.5))).as_dict()
+    assert "eval GPU-h" not in metrics_table_from_rows([free])
+    table = metrics_table_from_rows([free, paid])
+    assert table.splitlines()[0].endswith("| evals per RLHF job | eval GPU-h |")
+    assert table.splitlines()[3].endswith("| 6.0 | 0 |")  # 6 evals of 50 s on 2 GPUs: 0.17 GPU-h
+    assert "eval GPU-h: GPU-hours spent running evals" in table

@@ -32,7 +32,8 @@ _TABLE = (("precision", "precision %", 100, 1), ("recall", "recall %", 100, 1), 
           ("wasted_gpu_hours", "wasted GPU-h", 1, 0), ("hacking_gpu_hours", "GPU-h on hacking", 1, 0),
           ("mean_regret_hacking", "regret (hacking)", 1, 3))
 _LEGEND = ("precision", "recall", "FPR", "JCT", "wasted GPU-h", "GPU-h on hacking", "regret (hacking)",
-           "JCT change", "p (t / Wilcoxon)", "d_z", "[lo, hi]", "—")
+           "evals per RLHF job", "eval GPU-h", "total GPU-h", "JCT change", "p (t / Wilcoxon)", "d_z",
+           "[lo, hi]", "—")
 #: Shown in place of the figures when matplotlib is missing (the report is still written).
 NO_FIGURES = "Figures omitted: matplotlib is not installed (pip install -e '.[plot]', then evalstop report)."
 
