@@ -23,9 +23,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
-from ..detectors import Eval, Monitor
+from ..detectors import Eval, Every, Monitor
 from ._job import eval_target_s
+
+DENSE = Every(1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +91,14 @@ def timeline(
         used = list(range(stop + 1))
     elif monitor is None:
         used = list(range(len(evals)))
+    elif monitor.cadence == DENSE and _ascending(evals):
+        # Every eval, each folded in (no repeated step): ``Monitor.fold``, the fast path's loop.
+        fired = monitor.fold(evals)
+        verdict = monitor.verdict if fired else None
+        if verdict is not None and verdict.stop_index is not None:
+            stop = verdict.stop_index
+            best = -1 if verdict.best_index is None else verdict.best_index
+        used = list(range(len(evals) if stop is None else stop + 1))
     else:
         used, folded = run_cadence(monitor, evals)
         verdict = monitor.verdict
@@ -96,3 +107,8 @@ def timeline(
             best = -1 if verdict.best_index is None else folded[verdict.best_index]
     ends = tuple(eval_target_s(duration_s, evals[i].progress) + k * cost for k, i in enumerate(used, start=1))
     return Timeline(tuple(used), ends, duration_s + len(used) * cost, cost, stop, best)
+
+
+def _ascending(evals: Sequence[Eval]) -> bool:
+    """Whether every eval's step is above the one before (then the rule folds each one in)."""
+    return all(a.step < b.step for a, b in pairwise(evals))
