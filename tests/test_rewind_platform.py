@@ -6,7 +6,14 @@ import pytest
 
 from evalstop.detectors import Monitor, OnDetect
 from evalstop.experiments.policies import PolicySpec
-from evalstop.experiments.rewind_platform import PostRewind, calibrate, rewound_workload
+from evalstop.experiments.rewind_cmd import format_platform
+from evalstop.experiments.rewind_platform import (
+    COMPARED,
+    PostRewind,
+    calibrate,
+    platform_study,
+    rewound_workload,
+)
 from evalstop.schedulers import EvalStop
 from evalstop.workloads import PRESETS, generate
 
@@ -60,3 +67,18 @@ def test_calibrate_reads_the_rewound_runs() -> None:
     assert model.rehack == 0.5 and model.gain == pytest.approx(0.15)
     with pytest.raises(ValueError, match="'rehack' parameter of PostRewind"):
         PostRewind(rehack=1.5)
+
+
+def test_the_platform_study_compares_each_rewind_arm_with_stop_paired_by_seed() -> None:
+    models = {"never": PostRewind(rehack=0.0, gain=0.0)}
+    config = PRESETS["paper"].with_(n_jobs=80, total_gpus=16)
+    rows = platform_study(config, 3, models)
+    changes = rows["rewind (never)"]["vs_stop"]
+    assert set(changes) == set(COMPARED) and "vs_stop" not in rows["stop"]
+    gpu = changes["gpu_hours"]
+    assert gpu["n"] == 3 and gpu["rel_change"] > 0  # a rewound job trains on: more GPU-hours
+    assert gpu["rel_change_ci_lo"] <= gpu["rel_change"] <= gpu["rel_change_ci_hi"]
+    study = {"seeds": 3, "config": "c", "models": {"never": vars(models["never"])}, "rows": rows}
+    text = format_platform(study)
+    assert "Change against stop, paired by seed" in text and "| rewind (never) | +" in text
+    assert "vs_stop" not in platform_study(config, 1, models)["rewind (never)"]  # one seed: no CI

@@ -25,9 +25,10 @@ SUMMARY_METRICS = (
     "precision", "recall", "fpr", "fpr_healthy_rlhf", "jct_mean_s", "jct_p50_s", "jct_p95_s",
     "jct_p99_s", "wasted_gpu_hours", "after_peak_gpu_hours", "overhead_gpu_hours", "hacking_gpu_hours",
     "gpu_hours_total", "mean_regret", "mean_regret_hacking", "utilisation", "n_killed",
+    "eval_gpu_hours", "evals_per_rlhf_job",
 )
 COMPARED = ("jct_mean_s", "jct_p95_s", "jct_p99_s", "wasted_gpu_hours", "hacking_gpu_hours",
-            "gpu_hours_total", "mean_regret_hacking")
+            "gpu_hours_total", "mean_regret_hacking", "eval_gpu_hours")
 N_BOOT = 2000
 
 

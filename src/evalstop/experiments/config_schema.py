@@ -72,6 +72,8 @@ POLICY = Table("[[policy]]", (
     Key("watch", ("string", "array"), f"job kinds the rule watches: \"all\" or a list of {list(KINDS)}",
         items="string", enum=("all", *KINDS)),
     Key("oracle", ("boolean",), "stop each hacking job at its true best checkpoint (simulator only)"),
+    Key("cadence", ("string",), "which evals the watched jobs run: 'every:3', 'adaptive:every=3,dense=1' "
+        "(default every eval; needs a detector)"),
 ), "one policy: a base scheduler, optionally wrapped by a stopping rule")
 SIMULATE = Table("evalstop simulate config", (
     Key("seeds", ("array",), "workload seeds, non-empty, each >= 0 (default [1])", items="integer"),

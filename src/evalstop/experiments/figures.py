@@ -15,7 +15,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-__all__ = ["FIGURES", "changes", "detection", "improvement_bars", "jct_cdf", "policy_bars", "tradeoff"]
+__all__ = ["FIGURES", "changes", "detection", "eval_savings", "improvement_bars", "jct_cdf", "policy_bars",
+           "tradeoff"]
 
 Study = Mapping[str, Any]
 _DETECTION = (("precision", "precision"), ("recall", "recall"), ("fpr", "FPR (all non-hacking jobs)"))
@@ -200,7 +201,57 @@ def improvement_bars(study: Study) -> Figure:
     return fig
 
 
+def eval_savings(study: Study) -> Figure:
+    """Eval GPU-hours saved against recall, one marker per policy: left, the share of the
+    baseline's eval GPU-hours it saves (the same share at every eval cost: a policy's decisions do
+    not depend on the cost, its eval time is proportional to it); right, the share of the
+    baseline's total GPU-hours it saves, at each swept eval cost (marker shape). 95 % CIs: recall
+    over seeds, savings paired by seed."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11.5, 4.4))
+    ticks = study["tick_labels"] or [f"{x:g}" if isinstance(x, int | float) else str(x)
+                                     for x in study["x_values"]]
+    shapes = "osD^v<>p*"
+    for j, label in enumerate(study["summary"][0]):
+        for i, point in enumerate(study["summary"]):
+            recall, recall_err = _one(point[label]["recall"], 100.0)
+            compared = study["comparisons"][i].get(label)
+            for ax, metric in ((left, "eval_gpu_hours"), (right, "gpu_hours_total")):
+                if ax is left and i:
+                    continue
+                saved, saved_err = _saved(compared, metric)
+                ax.errorbar([saved], [recall], xerr=[[saved_err[0]], [saved_err[1]]],
+                            yerr=[[recall_err[0]], [recall_err[1]]], marker=shapes[i % len(shapes)],
+                            color=f"C{j}", capsize=3, label=label if ax is left else None)
+    for i, tick in enumerate(ticks):
+        right.plot([], [], shapes[i % len(shapes)], color="grey", label=f"{study['x_label']} {tick}")
+    base = study["baseline"]
+    left.set_xlabel(f"eval GPU-hours saved vs {base} (% of its eval GPU-hours)")
+    right.set_xlabel(f"total GPU-hours saved vs {base} (% of its total)")
+    for ax in (left, right):
+        ax.axvline(0, color="black", lw=0.8)
+        ax.set_ylabel("recall (% of hacking jobs stopped)")
+        ax.set_ylim(-2, 102)
+        ax.grid(alpha=0.3)
+    left.legend(fontsize=7, loc="center left", title="policy", title_fontsize=7)
+    right.legend(fontsize=7, loc="center left")
+    fig.suptitle("Eval GPU-hours saved against recall (means over seeds, 95 % CI)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def _saved(compared: Mapping[str, Any] | None, metric: str) -> tuple[float, tuple[float, float]]:
+    """% saved against the baseline (minus its relative change) and its CI's distances; 0 for
+    the baseline itself (no comparison)."""
+    c = None if compared is None else compared.get(metric)
+    if c is None or c["rel_change"] is None:
+        return 0.0, (0.0, 0.0)
+    rel = c["rel_change"]
+    lo = c["rel_change_ci_lo"] if c["rel_change_ci_lo"] is not None else rel
+    hi = c["rel_change_ci_hi"] if c["rel_change_ci_hi"] is not None else rel
+    return -100 * rel, (100 * (hi - rel), 100 * (rel - lo))
+
+
 FIGURES: dict[str, Callable[[Study], Figure]] = {
     "detection": detection, "changes": changes, "tradeoff": tradeoff, "jct_cdf": jct_cdf,
-    "policy_bars": policy_bars, "improvement_bars": improvement_bars,
+    "policy_bars": policy_bars, "improvement_bars": improvement_bars, "eval_savings": eval_savings,
 }

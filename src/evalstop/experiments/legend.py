@@ -20,6 +20,9 @@ COLUMNS: dict[str, str] = {
     "GPU-h on hacking": "every GPU-hour spent on reward-hacking jobs",
     "regret (hacking)": "true quality at the peak minus true quality of the delivered checkpoint, "
                         "mean over hacking jobs (0 is best)",
+    "evals per RLHF job": "evals an RLHF job ran by its end, under its cadence (only when evals are timed)",
+    "eval GPU-h": "GPU-hours spent running evals on the jobs' own GPUs ([sim] eval_cost)",
+    "total GPU-h": "every GPU-hour the jobs held: training, restore overhead and evals",
     "JCT change": "mean JCT against the baseline, paired by seed",
     "p (t / Wilcoxon)": "paired t-test / Wilcoxon signed-rank p-value",
     "d_z": "paired effect size (mean difference / sd of differences)",

@@ -32,7 +32,8 @@ _TABLE = (("precision", "precision %", 100, 1), ("recall", "recall %", 100, 1), 
           ("wasted_gpu_hours", "wasted GPU-h", 1, 0), ("hacking_gpu_hours", "GPU-h on hacking", 1, 0),
           ("mean_regret_hacking", "regret (hacking)", 1, 3))
 _LEGEND = ("precision", "recall", "FPR", "JCT", "wasted GPU-h", "GPU-h on hacking", "regret (hacking)",
-           "JCT change", "p (t / Wilcoxon)", "d_z", "[lo, hi]", "—")
+           "evals per RLHF job", "eval GPU-h", "total GPU-h", "JCT change", "p (t / Wilcoxon)", "d_z",
+           "[lo, hi]", "—")
 #: Shown in place of the figures when matplotlib is missing (the report is still written).
 NO_FIGURES = "Figures omitted: matplotlib is not installed (pip install -e '.[plot]', then evalstop report)."
 
@@ -143,6 +144,9 @@ def render_markdown(
             if path is not None:
                 lines += [f"![{name} {kind}]({path.relative_to(relative_to)})", ""]
         lines += _study_table(study)
+        cost = _eval_cost_table(study)
+        if cost:
+            lines += ["", *cost]
     return "\n".join(lines) + "\n"
 
 
@@ -226,6 +230,41 @@ def _study_table(study: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+#: (metric, column header, scale, decimals) of a study whose evals cost GPU time
+_EVAL_COST = (("evals_per_rlhf_job", "evals per RLHF job", 1, 1), ("eval_gpu_hours", "eval GPU-h", 1, 0),
+              ("gpu_hours_total", "total GPU-h", 1, 0), ("mean_regret_hacking", "regret (hacking)", 1, 3))
+
+
+def _eval_cost_table(study: Mapping[str, Any]) -> list[str]:
+    """What evals cost and what each policy saves of it, when the study's evals cost GPU time
+    (its runs counted the evals they ran); empty otherwise."""
+    timed = any(stats["evals_per_rlhf_job"]["mean"] is not None
+                for point in study["summary"] for stats in point.values() if "evals_per_rlhf_job" in stats)
+    if not timed:
+        return []
+    swept = bool(study["x_param"])
+    head = ["point"] if swept else []
+    head += ["policy", *[t[1] for t in _EVAL_COST], "eval GPU-h change", "total GPU-h change", "JCT change"]
+    lines = [f"Eval cost: evals run, GPU-hours (evals included in the total) and changes against "
+             f"{study['baseline']}, paired by seed (95 % CI).", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for i, point in enumerate(study["summary"]):
+        x = (study["tick_labels"] or study["x_values"])[i]
+        for label, stats in point.items():
+            compared = study["comparisons"][i].get(label) or {}
+            cells = [str(x)] if swept else []
+            cells += [label, *[_stat(stats[m], scale, d) for m, _, scale, d in _EVAL_COST]]
+            cells += [_change(compared.get(m)) for m in ("eval_gpu_hours", "gpu_hours_total", "jct_mean_s")]
+            lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _change(c: Mapping[str, Any] | None) -> str:
+    if c is None or c["rel_change"] is None:
+        return "—"
+    return f"{100 * c['rel_change']:+.1f} % [{_pct(c['rel_change_ci_lo'])}, {_pct(c['rel_change_ci_hi'])}]"
+
+
 def _stat(stat: Mapping[str, Any], scale: float, digits: int) -> str:
     if stat["mean"] is None:
         return "—"
@@ -300,6 +339,9 @@ def render_html(doc: Mapping[str, Any], figures: Mapping[tuple[str, str], Path])
                 data = base64.b64encode(path.read_bytes()).decode()
                 parts.append(f"<img alt='{e(name)} {e(kind)}' src='data:image/png;base64,{data}'>")
         parts.append(_md_table_to_html(_study_table(study)))
+        cost = _eval_cost_table(study)
+        if cost:
+            parts += [f"<p class='note'>{e(cost[0])}</p>", _md_table_to_html(cost[2:])]
     parts.append("</body></html>")
     return "\n".join(parts)
 

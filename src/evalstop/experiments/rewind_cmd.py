@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..workloads import PRESETS
-from .rewind_platform import PostRewind, calibrate, platform_study
+from .rewind_platform import COMPARED, PostRewind, calibrate, platform_study
 from .rewind_study import SHIPPED, analyse, format_table
 
 DEFAULT_CACHE = Path("results") / "rewind-grpo"
@@ -94,7 +94,23 @@ def format_platform(study: dict[str, Any]) -> str:
         lines.append(f"| {name} | {desc} | {row['rewound_jobs']:.0f} | {row['jct_mean_h']:.2f} | "
                      f"{row['jct_p95_h']:.2f} | {row['gpu_hours']:.0f} | {row['rlhf_quality']:.4f} | "
                      f"{row['rlhf_quality_per_gpu_hour']:.5f} | {row['rlhf_regret']:.4f} |")
+    compared = {name: row["vs_stop"] for name, row in study["rows"].items() if "vs_stop" in row}
+    if compared:
+        lines += ["", "Change against stop, paired by seed (relative change of the means, "
+                  "bootstrap 95 % CI):", "",
+                  "| policy | GPU-h | JCT mean | RLHF quality delivered | RLHF quality per GPU-h |",
+                  "|---|---|---|---|---|"]
+        for name, changes in compared.items():
+            cells = [_change(changes[k]) for k in COMPARED]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _change(c: dict[str, Any]) -> str:
+    rel, lo, hi = c["rel_change"], c["rel_change_ci_lo"], c["rel_change_ci_hi"]
+    if rel is None or lo is None or hi is None:
+        return "—"
+    return f"{100 * rel:+.1f} % [{100 * lo:+.1f}, {100 * hi:+.1f}]"
 
 
 def train(study_seed: int, n_seeds: int, jobs: int, cache: Path) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from ..sim.cluster import SimConfig, simulate
 from ..sim.metrics import compute_metrics
 from ..workloads import JobSpec, JobTruth, Workload, WorkloadConfig, generate
 from .policies import PolicySpec
+from .stats import paired_compare
 
 #: Per-job draws of the model come from ``SeedSequence(seed, spawn_key=(REWIND_KEY,))``.
 REWIND_KEY = 23
@@ -113,7 +114,9 @@ def _rewind_job(
 
 def platform_study(config: WorkloadConfig, seeds: int, models: dict[str, PostRewind],
                    base: str = "srtf") -> dict[str, Any]:
-    """Per policy (stop, and rewind under each model), metrics averaged over ``seeds`` seeds."""
+    """Per policy (stop, and rewind under each model), metrics averaged over ``seeds`` seeds; with
+    two seeds or more, each rewind arm's change against stop on ``COMPARED``, paired by seed
+    (``vs_stop``: ``stats.paired_compare``, bootstrap 95 % CI of the relative change)."""
     policy = PolicySpec(label="EvalStop", base=base, detector="default")
     rows: dict[str, list[dict[str, float]]] = {"stop": [], **{f"rewind ({name})": [] for name in models}}
     n_rewound: dict[str, list[int]] = {name: [] for name in rows}
@@ -127,8 +130,22 @@ def platform_study(config: WorkloadConfig, seeds: int, models: dict[str, PostRew
             rewound, n = rewound_workload(workload, scheduler, model)
             rows[f"rewind ({name})"].append(_measures(rewound, policy, sim))
             n_rewound[f"rewind ({name})"].append(n)
-    return {name: {**{k: float(np.mean([r[k] for r in rs])) for k in rs[0]},
-                   "rewound_jobs": float(np.mean(n_rewound[name]))} for name, rs in rows.items()}
+    out: dict[str, dict[str, Any]] = {
+        name: {**{k: float(np.mean([r[k] for r in rs])) for k in rs[0]},
+               "rewound_jobs": float(np.mean(n_rewound[name]))} for name, rs in rows.items()
+    }
+    if seeds >= 2:
+        for name, rs in rows.items():
+            if name != "stop":
+                out[name]["vs_stop"] = {
+                    k: paired_compare([r[k] for r in rows["stop"]], [r[k] for r in rs]).as_dict()
+                    for k in COMPARED
+                }
+    return out
+
+
+#: The measures each rewind arm is compared on with stop, paired by seed (``--platform N >= 2``).
+COMPARED = ("gpu_hours", "jct_mean_h", "rlhf_quality", "rlhf_quality_per_gpu_hour")
 
 
 def _measures(workload: Workload, policy: PolicySpec, sim: SimConfig) -> dict[str, float]:

@@ -121,7 +121,8 @@ def load_config(doc: dict[str, Any], base_dir: Path | None = None) -> Config:
         watch = p.get("watch", ["rlhf"])
         policies.append(PolicySpec(p.get("label", p.get("base", "srtf")), p.get("base", "srtf"),
                                    p.get("base_params", {}), p.get("detector"),
-                                   None if watch == "all" else tuple(watch), p.get("oracle", False)))
+                                   None if watch == "all" else tuple(watch), p.get("oracle", False),
+                                   p.get("cadence")))
         try:
             policies[-1].build()  # validate names and parameters now, not mid-run
         except (ValueError, TypeError) as exc:
@@ -154,21 +155,29 @@ def _load_bank(value: Any, base_dir: Path) -> tuple[BankRun, ...] | None:
 
 
 def metrics_table_from_rows(rows: list[dict[str, Any]]) -> str:
+    """The runs' table; with timed evals (``[sim] eval_cost`` or a cadence) two more columns."""
+    timed = any(r.get("evals_per_rlhf_job") is not None for r in rows)
     header = ("| policy | seed | precision | recall | FPR | JCT mean h | JCT p99 h | wasted GPU-h "
               "| regret (hacking) | utilisation |")
-    lines = [header, "|---|---|---|---|---|---|---|---|---|---|"]
+    rule = "|---|---|---|---|---|---|---|---|---|---|"
+    if timed:
+        header, rule = header + " evals per RLHF job | eval GPU-h |", rule + "---|---|"
+    lines = [header, rule]
     for r in rows:
         cells = [_f(r["precision"], 100, 1, " %"), _f(r["recall"], 100, 1, " %"), _f(r["fpr"], 100, 1, " %"),
                  _f(r["jct_mean_s"], 1 / 3600, 2), _f(r["jct_p99_s"], 1 / 3600, 2),
                  _f(r["wasted_gpu_hours"], 1, 0), _f(r.get("mean_regret_hacking"), 1, 3),
                  _f(r["utilisation"], 100, 1, " %")]
+        if timed:
+            cells += [_f(r.get("evals_per_rlhf_job"), 1, 1), _f(r.get("eval_gpu_hours"), 1, 0)]
         lines.append(f"| {r['policy']} | {r['seed']} | " + " | ".join(cells) + " |")
-    lines += ["", "Columns:", *legend_lines(_LEGEND, prefix="  "),
-              "  utilisation: GPU-seconds in use (work and restore overhead) / (GPUs x makespan)"]
+    legend = _LEGEND + (("evals per RLHF job", "eval GPU-h") if timed else ())
+    lines += ["", "Columns:", *legend_lines(legend, prefix="  "),
+              "  utilisation: GPU-seconds in use (work, restore overhead and evals) / (GPUs x makespan)"]
     return "\n".join(lines)
 
 
-_LEGEND = ("precision", "recall", "FPR", "JCT", "wasted GPU-h", "regret (hacking)", "—")
+_LEGEND: tuple[str, ...] = ("precision", "recall", "FPR", "JCT", "wasted GPU-h", "regret (hacking)", "—")
 
 
 def _f(value: float | None, scale: float, digits: int, unit: str = "") -> str:

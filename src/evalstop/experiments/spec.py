@@ -355,6 +355,7 @@ def _policy(i: int, doc: Mapping[str, Any]) -> PolicySpec:
         detector=doc.get("detector"),
         watch=_watch(doc.get("watch", ["rlhf"])),
         oracle=bool(doc.get("oracle", False)),
+        cadence=doc.get("cadence"),
     )
     try:
         spec.build()

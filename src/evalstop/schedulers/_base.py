@@ -70,6 +70,10 @@ class Scheduler(ABC):
     #: heaps keyed on it (no re-sort per decision) and skips instants where nothing changed.
     #: Policies whose ranks move otherwise (fair share) leave it False and are ranked by ``order``.
     static_rank: bool = False
+    #: True if the monitors this policy hands out ask for every eval (cadence ``every:1``); a
+    #: policy whose monitors skip evals sets it False, and the simulator then runs only the
+    #: evals they ask for (``sim/_eval_time.py``).
+    dense_evals: bool = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

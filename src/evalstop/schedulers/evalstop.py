@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from ..detectors import DEFAULT_SPEC, Detector, Monitor, parse_spec
+from ..detectors import DEFAULT_SPEC, CadencePolicy, Detector, Every, Monitor, parse_cadence, parse_spec
 from ._base import JobView, Scheduler
 
 RLHF_ONLY = ("rlhf",)
@@ -20,6 +20,8 @@ class EvalStop(Scheduler):
     watched job ``monitor`` returns a ``Monitor`` of the rule; when it fires the simulator kills
     the job, frees its GPUs, delivers the verdict's best checkpoint and asks the base policy to
     fill the GPUs. A job the wrapper does not watch gets the base policy's monitor (if any).
+    ``cadence`` (a policy or its spec; default ``every:1``) says which of a watched job's evals
+    are run: the simulator runs only those, and the rule sees only those.
     """
 
     def __init__(
@@ -27,12 +29,17 @@ class EvalStop(Scheduler):
         base: Scheduler,
         detector: Detector | None = None,
         watch: Collection[str] | None = RLHF_ONLY,
+        cadence: CadencePolicy | str | None = None,
     ) -> None:
         if not isinstance(base, Scheduler):
             raise TypeError(f"The 'base' parameter of EvalStop must be a Scheduler. Got {base!r} instead.")
         self.base = base
         self.detector = detector if detector is not None else parse_spec(DEFAULT_SPEC)
         self.watch = None if watch is None else frozenset(watch)
+        if not isinstance(cadence, CadencePolicy):
+            cadence = parse_cadence(cadence or "every:1")
+        self.cadence = cadence
+        self.dense_evals = cadence == Every(1) and base.dense_evals
         self.name = f"evalstop({base.name})"
         self.preemptive = base.preemptive
         self.backfill = base.backfill
@@ -44,7 +51,7 @@ class EvalStop(Scheduler):
     def monitor(self, job: JobView) -> Monitor | None:
         if not self.watches(job):
             return self.base.monitor(job)
-        return Monitor(self.detector)
+        return Monitor(self.detector, self.cadence)
 
     def on_job_add(self, job: JobView, now: float) -> None:
         self.base.on_job_add(job, now)

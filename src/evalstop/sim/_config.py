@@ -29,8 +29,12 @@ class SimConfig:
     #: Minimum run quantum: a resumed job cannot be preempted again until it has finished its
     #: restore and then run this many seconds (0: no quantum; see docs/model.md).
     min_run_s: float = 0.0
+    #: GPU time of one eval on the job's own GPUs, as a fraction of the training time between
+    #: two of its eval opportunities (0: evals are free, as in the paper; docs/model.md).
+    eval_cost: float = 0.0
 
     def __post_init__(self) -> None:
         check_float("SimConfig", "preempt_overhead_s", self.preempt_overhead_s, low=0.0)
         check_float("SimConfig", "min_run_s", self.min_run_s, low=0.0)
+        check_float("SimConfig", "eval_cost", self.eval_cost, low=0.0)
         check_choice("SimConfig", "eval_path", self.eval_path, ("fast", "events"))

@@ -58,14 +58,38 @@ class Job(JobView):
 
 
 class Watch:
-    """A job's evals on the event path: one milestone per eval, fed to its ``monitor``."""
+    """A job's evals on the event path: one milestone per eval, fed to its ``monitor``. With
+    timed evals (``_eval_time``) ``evals`` are those run, ``targets`` their ends and ``dense``
+    their indices among all the job's evals."""
 
-    __slots__ = ("evals", "monitor", "next_eval", "targets")
+    __slots__ = ("dense", "evals", "monitor", "next_eval", "targets")
 
-    def __init__(self, evals: Sequence[Eval], monitor: Monitor | None, duration_s: float) -> None:
-        self.evals, self.monitor, self.next_eval = evals, monitor, 0
+    def __init__(
+        self,
+        evals: Sequence[Eval],
+        monitor: Monitor | None,
+        duration_s: float,
+        targets: Sequence[float] | None = None,
+        dense: Sequence[int] | None = None,
+    ) -> None:
+        self.evals, self.monitor, self.next_eval, self.dense = evals, monitor, 0, dense
         #: attained service (s) at each eval
-        self.targets = [eval_target_s(duration_s, ev.progress) for ev in evals]
+        self.targets = (
+            [eval_target_s(duration_s, ev.progress) for ev in evals] if targets is None else list(targets)
+        )
+
+    def dense_index(self, index: int) -> int:
+        """The index among all the job's evals of the ``index``-th eval folded (repeats of a
+        step are not folded: mapped through the evals' steps)."""
+        if self.dense is None:
+            return index
+        folded, last = -1, None
+        for k, ev in enumerate(self.evals):
+            if last is None or ev.step > last:
+                folded, last = folded + 1, ev.step
+                if folded == index:
+                    return self.dense[k]
+        raise IndexError(index)
 
 
 def eval_target_s(duration_s: float, progress: float | None) -> float:
@@ -86,9 +110,12 @@ class OutcomeColumns:
     service, overhead GPU-s, preemptions), kept as six float64s (48 bytes a job, no objects once
     flushed); ``kill`` the kills, as (row, eval delivered or -1: the job's final quality).
     ``outcome_table`` derives the rest (progress, useful and after-peak GPU time, the delivered
-    quality) with the same float operations a record would use."""
+    quality) with the same float operations a record would use. ``eval_s`` (timed evals only,
+    ``_eval_time``): per row, the eval time (s) in its attained service at its end; the outcome
+    then has ``gpu_s_eval`` and ``n_evals`` (evals run) columns, and progress and
+    ``gpu_s_useful`` count training only."""
 
-    __slots__ = ("best", "kill", "killed", "pending", "record", "rows", "table")
+    __slots__ = ("best", "eval_s", "kill", "killed", "n_evals", "pending", "record", "rows", "table")
 
     def __init__(self, table: JobTable) -> None:
         self.table = table
@@ -100,6 +127,8 @@ class OutcomeColumns:
         self.killed: list[int] = []  # rows of the killed jobs
         self.best: list[int] = []  # the eval each delivers
         self.kill = self._kill
+        self.eval_s: list[float] | None = None
+        self.n_evals: list[int] | None = None  # (with ``eval_s``) evals run by each job's end
 
     def _kill(self, idx: int, best: int) -> None:
         self.killed.append(idx)
@@ -141,6 +170,11 @@ class OutcomeColumns:
             for i, name in enumerate(names, start=1):
                 columns[name][idx] = ended[:, i]
         attained = columns.pop("attained")
+        eval_s = None if self.eval_s is None else np.array(self.eval_s, dtype=float)
+        if eval_s is not None:
+            attained = np.clip(attained - eval_s, 0.0, t.duration_s)  # (round-off of + and -)
+            columns["gpu_s_eval"] = eval_s * t.gpus
+            columns["n_evals"] = np.array(self.n_evals, dtype=np.int64)
         killed = np.zeros(n, dtype=bool)
         killed[np.array(self.killed, dtype=np.int64)] = True
         positive = t.duration_s > 0

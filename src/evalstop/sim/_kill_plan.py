@@ -22,6 +22,7 @@ import numpy as np
 from ..detectors import Monitor, Verdict
 from ..schedulers import EvalStop, JobView, Scheduler
 from ..workloads.table import DenseEvals, JobTable
+from ._eval_time import timeline
 from ._job import Job, Watch, eval_target_s, oracle_verdict
 
 if TYPE_CHECKING:
@@ -75,7 +76,7 @@ def _batch_arrays(scheduler: Scheduler, table: JobTable) -> tuple[Array, Array] 
 
 def _plain_evalstop(scheduler: Scheduler) -> bool:
     """EvalStop whose monitors are ``Monitor(detector)`` for watched jobs and none otherwise."""
-    if not isinstance(scheduler, EvalStop):
+    if not isinstance(scheduler, EvalStop) or not scheduler.dense_evals:
         return False
     cls = type(scheduler)
     if cls.monitor is not EvalStop.monitor or cls.watches is not EvalStop.watches:
@@ -98,26 +99,36 @@ class KillPlanning:
     _watches: dict[int, Watch]
     _eval_events: bool
     _needs_watch: bool
+    #: Evals cost time or a cadence skips some (``_eval_time``): per row, the eval time (s)
+    #: the job has spent by its end; None otherwise.
+    _eval_s: list[float] | None
+    _n_evals: list[int]
 
     def _plan(self, scheduler: Scheduler) -> None:
         """The truth, per row, out of the scheduler's reach: duration, and the attained service
-        (s) at which a planned kill happens (inf: none) with the eval it delivers (-1: final)."""
+        (s) at which a planned kill happens (inf: none) with the eval it delivers (-1: final).
+        With timed evals the duration is the attained service at completion, evals included."""
         table, oracle = self.table, self.config.oracle
         self._duration_s = table.duration_s.tolist()
-        batch = batch_kills(scheduler, table) if self._plan_kills and not oracle else None
+        timed = self.config.eval_cost > 0.0 or not scheduler.dense_evals
+        self._eval_s = [0.0] * len(table) if timed else None
+        self._n_evals = [0] * len(table) if timed else []
+        batch = batch_kills(scheduler, table) if self._plan_kills and not (oracle or timed) else None
         if batch is None:
             n = len(table)
             self._kill_s, self._kill_best = [math.inf] * n, [-1] * n
         else:
             self._kill_s, self._kill_best = batch
-        needs_evals = oracle or self._eval_events or self._monitor is not None
+        needs_evals = oracle or timed or self._eval_events or self._monitor is not None
         self._needs_watch = needs_evals and batch is None
         self._watches = {}  # event path: row -> the job's evals and monitor
 
     def _watch(self, job: Job) -> None:
         """The job's evals matter (a rule watches it, or the oracle): plan or prepare its kill."""
         idx = job.idx
-        if self._plan_kills:
+        if self._eval_s is not None:
+            self._watch_timed(job)
+        elif self._plan_kills:
             verdict = self._plan_kill(job)
             if verdict is not None and verdict.stop_index is not None:
                 progress = self.table.evals.progress_of(idx)[verdict.stop_index]
@@ -127,6 +138,30 @@ class KillPlanning:
         else:
             monitor = None if self._monitor is None else self._monitor(job)
             self._watches[idx] = Watch(self.table.evals.row(idx), monitor, self._duration_s[idx])
+
+    def _watch_timed(self, job: Job) -> None:
+        """``_watch`` when evals take time or a cadence skips some: the job's timeline
+        (``_eval_time``) sets its duration, and its kill (fast path) or its eval events."""
+        idx, table = job.idx, self.table
+        evals = table.evals.row(idx)
+        monitor = None if self._monitor is None else self._monitor(job)
+        oracle_stop = None
+        if self.config.oracle:
+            monitor = None
+            verdict = oracle_verdict(table, idx) if table.hacking[idx] else None
+            if verdict is not None and verdict.stop_index is not None:
+                oracle_stop = (verdict.stop_index, verdict.stop_index)
+        plan = timeline(evals, self._duration_s[idx], self.config.eval_cost, monitor, oracle_stop)
+        assert self._eval_s is not None
+        self._duration_s[idx], self._eval_s[idx] = plan.duration_s, plan.eval_s
+        self._n_evals[idx] = len(plan.used)
+        if self._plan_kills:
+            if plan.stop is not None:
+                self._kill_s[idx], self._kill_best[idx] = plan.ends[-1], plan.best
+            return
+        monitor = None if self._monitor is None else self._monitor(job)  # a fresh one, fed by events
+        run = tuple(evals[i] for i in plan.used)
+        self._watches[idx] = Watch(run, monitor, self._duration_s[idx], plan.ends, plan.used)
 
     def _plan_kill(self, job: Job) -> Verdict | None:
         """Fast path: fold the job's whole eval sequence into its monitor once, at arrival."""
@@ -149,7 +184,7 @@ class KillPlanning:
             verdict = monitor.observe(watch.evals[watch.next_eval - 1])
             if monitor.fired_now:
                 del self._watches[job.idx]
-                return -1 if verdict.best_index is None else verdict.best_index
+                return -1 if verdict.best_index is None else watch.dense_index(verdict.best_index)
         if attained >= self._duration_s[job.idx]:
             del self._watches[job.idx]  # it completes now (the event path plans no kill)
         return None

@@ -81,6 +81,7 @@ class ClusterSim(AllocationPasses, KillPlanning):
         rank_key = own_hook(scheduler, "rank_key") or scheduler.rank_key
         self._rank_key: Callable[[JobView], tuple[Any, ...]] = rank_key
         self._plan(scheduler)
+        self._outcomes.eval_s, self._outcomes.n_evals = self._eval_s, self._n_evals
         #: A job's next milestone is its kill or completion (no eval events, no rank changes).
         self._plain_next = not self._eval_events and self._next_change_s is None
 
@@ -397,6 +398,8 @@ class ClusterSim(AllocationPasses, KillPlanning):
         outcomes = self._outcomes.outcome_table()
         columns = outcomes.columns
         spent = float(np.sum(columns["gpu_s_useful"] + columns["gpu_s_overhead"]))
+        if "gpu_s_eval" in columns:
+            spent += float(np.sum(columns["gpu_s_eval"]))
         if abs(spent - self.busy_gpu_s) > 1e-6 * max(1.0, self.busy_gpu_s):
             raise SimulationInvariantError(
                 f"GPU-time not conserved: jobs account for {spent} GPU-s, "

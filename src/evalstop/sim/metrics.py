@@ -57,11 +57,15 @@ class Metrics:
     wasted_gpu_hours: float  # after_peak + overhead
     after_peak_gpu_hours: float  # GPU-hours of progress after a job's true quality peak
     overhead_gpu_hours: float  # GPU-hours of preemption restore overhead
-    gpu_hours_total: float  # useful + overhead
+    gpu_hours_total: float  # useful + overhead + eval
     hacking_gpu_hours: float  # every GPU-hour spent on reward-hacking jobs (a second reading of waste)
     mean_regret: float  # over all jobs
     mean_regret_hacking: float  # over hacking jobs
-    utilisation: float  # (useful + overhead) / (total_gpus * makespan_s)
+    utilisation: float  # (useful + overhead + eval) / (total_gpus * makespan_s)
+    #: GPU-hours spent running evals on the jobs' own GPUs (0 unless ``SimConfig.eval_cost``)
+    eval_gpu_hours: float = 0.0
+    #: evals run per RLHF job (nan unless evals are timed: ``eval_cost`` > 0 or a cadence)
+    evals_per_rlhf_job: float = _NAN
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dict for ``json.dumps``; ``nan`` becomes ``None`` so the output is strict JSON."""
@@ -78,9 +82,11 @@ def compute_metrics(result: SimResult) -> Metrics:
     jct = cols["end_s"].astype(float) - cols["arrival_s"].astype(float)
     p50, p95, p99 = _percentiles(jct, (50.0, 95.0, 99.0))
     useful, overhead = cols["gpu_s_useful"].astype(float), cols["gpu_s_overhead"].astype(float)
+    evals = cols["gpu_s_eval"].astype(float) if "gpu_s_eval" in cols else np.zeros_like(useful)
     after_peak_s = math.fsum(cols["gpu_s_after_peak"].astype(float).tolist())
     overhead_s = math.fsum(overhead.tolist())
-    busy_s = math.fsum(useful.tolist()) + overhead_s
+    eval_s = math.fsum(evals.tolist())
+    busy_s = math.fsum(useful.tolist()) + overhead_s + eval_s
     regret = cols["true_peak"].astype(float) - cols["true_delivered"].astype(float)
     return Metrics(
         policy=result.policy,
@@ -105,10 +111,13 @@ def compute_metrics(result: SimResult) -> Metrics:
         after_peak_gpu_hours=after_peak_s / _S_PER_HOUR,
         overhead_gpu_hours=overhead_s / _S_PER_HOUR,
         gpu_hours_total=busy_s / _S_PER_HOUR,
-        hacking_gpu_hours=math.fsum((useful + overhead)[hacking].tolist()) / _S_PER_HOUR,
+        hacking_gpu_hours=math.fsum((useful + overhead + evals)[hacking].tolist()) / _S_PER_HOUR,
         mean_regret=_mean(regret),
         mean_regret_hacking=_mean(regret[hacking]),
         utilisation=_ratio(busy_s, result.total_gpus * result.makespan_s),
+        eval_gpu_hours=eval_s / _S_PER_HOUR,
+        evals_per_rlhf_job=_mean(cols["n_evals"][kind == "rlhf"].astype(float)) if "n_evals" in cols
+        else _NAN,
     )
 
 
