@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..detectors import DEFAULT_SPEC, Detector, format_spec, parse_spec
+from . import rewind as rewinding
 from . import scopes as scoping
 from .actors import Actor, record
 from .errors import Conflict, Forbidden, InvalidInput, NotFound
@@ -28,6 +29,7 @@ from .score import ScoreIn
 from .store import Conn, Store
 from .store import decision as decision_store
 from .store import job as job_store
+from .store import rewound as rewound_store
 from .store import score as score_store
 from .store import tenant as tenant_store
 
@@ -124,6 +126,12 @@ class JobSpec:
     gpus: int = 1
     expected_duration_s: float | None = None
     shadow: bool = False
+    #: the on-detect policy's fields; None: the tenant's default (``service/rewind.py``)
+    on_detect: str | None = None
+    max_rewinds: int | None = None
+    correction: str | None = None
+    #: how a rewind resubmits the job on its engine (``service/resubmit.py``); None: in place
+    resubmit: Mapping[str, Any] | None = None
 
 
 def resolve_detector(spec: str, mode: str) -> Detector:
@@ -147,11 +155,14 @@ def resolve_detector(spec: str, mode: str) -> Detector:
 def register_job(
     store: Store, tenant: str, spec: JobSpec, check_target: Callable[[str], None] = lambda _: None, *,
     webhook_url: str | None = None, default_limits: FairLimits | None = None,
+    max_rewinds: int = rewinding.MAX_REWINDS,
 ) -> dict[str, Any]:
     """Register a job for ``tenant``. ``check_target`` raises InvalidInput for an unknown target;
     the reference must lie in the tenant's scope (:mod:`.scopes`) and belong to no other live job;
     the tenant's ``max_live_jobs`` quota must not be used up. ``webhook_url`` is the webhook
-    adapter's configured URL (checked against the scope when the job names none)."""
+    adapter's configured URL (checked against the scope when the job names none). The job's
+    on-detect policy is its own fields over the tenant's default (``max_rewinds``: the operator's
+    limit)."""
     _check_name("target", spec.target)
     check_target(spec.target)
     detector = resolve_detector(spec.detector, spec.mode)
@@ -164,13 +175,18 @@ def register_job(
         "grace_period_s": spec.grace_period_s, "gpus": spec.gpus,
         "expected_duration_s": spec.expected_duration_s, "shadow": spec.shadow, "override": None,
         "state": "running", "created_at": store.clock(), "stopped_at": None,
-        "monitor_state": new_monitor_state(detector),
     }
     with store.transaction() as conn:
         owner = job_store.lock_owner(conn, tenant)  # registrations of one tenant serialise here
         if owner is None:
             raise NotFound(f"Tenant {tenant!r} not found.")
         scope, quota = owner
+        stored_default = rewound_store.tenant_default(conn, tenant)
+        default = rewinding.parse_policy(stored_default, 2**31, "tenant on_detect")
+        policy = rewinding.resolve_policy(default, max_rewinds, on_detect=spec.on_detect,
+                                          max_rewinds=spec.max_rewinds, correction=spec.correction)
+        row.update(on_detect=policy.to_json(), monitor_state=new_monitor_state(detector, policy),
+                   resubmit=resubmit_template(spec, policy, scoping.parse_scope(scope), tenant))
         scoping.check_registration(tenant, scoping.parse_scope(scope), spec.target, external_ref,
                                    spec.target_options, webhook_url)
         _check_live_quota(conn, tenant, effective(quota, default_limits or UNLIMITED))
@@ -264,6 +280,37 @@ def set_override(
             job_store.update(conn, job_id, override=override)
         record(conn, job_id, actor, override or "resume", reason, store.clock())
     return get_job(store, job_id, tenant)
+
+
+def resubmit_template(
+    spec: JobSpec, policy: Any, scope: Any, tenant: str
+) -> dict[str, Any] | None:
+    """The job's resubmission template, checked against the tenant's scope (None: in place)."""
+    if spec.resubmit is None:
+        return None
+    if not policy.rewinds:
+        raise InvalidInput("resubmit: a resubmission template needs on_detect='rewind' with "
+                           "max_rewinds >= 1.")
+    return None
+
+
+def set_tenant_on_detect(
+    store: Store, name: str, policy: Mapping[str, Any] | None, limit: int
+) -> dict[str, Any]:
+    """Set a tenant's default on-detect policy (None: stop); returns it as stored."""
+    parsed = rewinding.parse_policy(policy, limit)
+    stored = None if parsed is None else parsed.to_json()
+    tenant_store.update(store, name, on_detect=stored)
+    return {"tenant": name, "on_detect": stored}
+
+
+def tenant_on_detect(store: Store, name: str, caller: str | None) -> dict[str, Any]:
+    """A tenant's default on-detect policy: for an operator, or for the tenant itself."""
+    if caller is not None and caller != name:
+        raise NotFound(f"Tenant {name!r} not found.")
+    with store.reading() as conn:
+        stored = rewound_store.tenant_default(conn, name)
+    return {"tenant": name, "on_detect": stored}
 
 
 def _check_name(what: str, name: str) -> None:

@@ -22,6 +22,10 @@ Rules (documented in the README):
   decision is recorded and, unless the job or its tenant is in shadow mode, a stop is put in
   the outbox in the same transaction. A job is decided at most once (a unique constraint backs
   this).
+- A job under a rewind policy (:mod:`.rewind`): a detection with a rewind left records a
+  ``rewind`` decision, rewinds the monitor and answers ``decision: "rewind"`` with the
+  checkpoint and the correction; scores of an earlier attempt are dropped and answered with the
+  rewind again.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from functools import partial
 from typing import Any
 
 from ..detectors import Monitor
+from . import rewind as rewinding
 from .errors import Conflict, InvalidInput, PayloadTooLarge
 from .monitoring import load_monitor, observe_new
 from .score import ScoreIn
@@ -53,7 +58,9 @@ class IngestResult:
     job_id: str
     accepted: int
     duplicates: int
-    decision: str  # "stop" once a stop is decided and enforced, else "continue"
+    #: "stop" once a stop is decided and enforced; "rewind" when the job must go back to its
+    #: best checkpoint (decided now, or the scores were of an earlier attempt); else "continue"
+    decision: str
     state: str
     reason: str
     decided_now: bool
@@ -63,6 +70,10 @@ class IngestResult:
     best_step: int | None
     best_score: float | None
     best_checkpoint_uri: str | None
+    #: the job's attempt now (the rewinds it has had), and with ``decision == "rewind"`` the
+    #: rewind to do: number, step, to_step, checkpoint_uri, correction, reason (:mod:`.rewind`)
+    attempt: int = 0
+    rewind: dict[str, Any] | None = None
 
 
 def ingest_scores(
@@ -111,9 +122,13 @@ def _merged(results: Sequence[IngestResult]) -> IngestResult:
     if len(results) == 1:
         return last
     deciding = next((r for r in results if r.decided_now), None)
-    return replace(
+    rewound = next((r for r in results if r.decision == "rewind"), None)
+    merged = replace(
         last, accepted=sum(r.accepted for r in results), duplicates=sum(r.duplicates for r in results),
         decided_now=deciding is not None, reason=last.reason if deciding is None else deciding.reason)
+    if rewound is not None and last.decision != "stop":
+        merged = replace(merged, decision="rewind", rewind=rewound.rewind)
+    return merged
 
 
 def _ingest(
@@ -123,24 +138,32 @@ def _ingest(
     # Load (or rebuild from the stored history) before inserting, so a rebuild never sees the
     # new rows, which are observed once below.
     monitor = load_monitor(conn, job, store.limits.max_history)
+    scores_in, stale = rewinding.split_stale(scores_in, monitor.n_rewinds)
     new, duplicates = score_store.new_scores(conn, job, scores_in)
     changed = observe_new(monitor, new, job["metric"]) or job.get("monitor_state") is None
     score_store.write(store, conn, job_id, new, now, monitor.to_json() if changed else None)
     verdict = monitor.verdict
     decided_now, note, state = False, verdict.reason, job["state"]
     enforced, shadow_stop = bool(job["enforced"]), bool(job["shadow_stop"])
+    rewind: dict[str, Any] | None = None
     if verdict.stopped and new:
         decided_now, note, shadow = _maybe_decide(conn, job, monitor, now, job["detector_decided"])
-        if decided_now:
+        if decided_now and monitor.action == "rewind" and not shadow:
+            rewind = rewinding.rewind_now(conn, job, monitor, now)
+            score_store.write(store, conn, job_id, (), now, monitor.to_json())
+            verdict = monitor.verdict
+        elif decided_now:
             enforced, shadow_stop = enforced or not shadow, shadow_stop or shadow
             state = state if shadow else "stopping"
-    return IngestResult(
-        job_id=job_id, accepted=len(new), duplicates=duplicates,
-        decision="stop" if enforced else "continue", state=state, reason=note,
+    result = IngestResult(
+        job_id=job_id, accepted=len(new), duplicates=duplicates + stale,
+        decision="rewind" if rewind else "stop" if enforced else "continue", state=state, reason=note,
         decided_now=decided_now, shadow_stop=shadow_stop, stop_step=verdict.stop_step,
         n_evals=monitor.n_evals + monitor.n_ignored, best_step=verdict.best_step,
         best_score=verdict.best_score, best_checkpoint_uri=monitor.best_checkpoint,
+        attempt=monitor.n_rewinds, rewind=rewind,
     )
+    return rewinding.stale_reply(result, monitor, stale)
 
 
 def decide_stop(
@@ -168,6 +191,17 @@ def _maybe_decide(
     if job["state"] != "running" or decided:
         return False, verdict.reason, False
     shadow = bool(job["shadow"] or job["tenant_shadow"])
+    if monitor.action == "rewind":
+        if shadow:  # recorded as the job's one detector decision; the monitor is not rewound
+            decision_store.record_rewind(
+                conn, job["id"], now, enqueue=False, source="detector", shadow=True, enforced=False,
+                reason=verdict.reason[:1000], detector=job["detector"], step=verdict.stop_step,
+                n_evals=monitor.n_evals + monitor.n_ignored, best_step=verdict.best_step,
+                best_score=verdict.best_score, best_checkpoint_uri=monitor.best_checkpoint,
+                correction=monitor.policy.correction)
+            return True, rewinding.shadow_note(monitor), True
+        note = f"{verdict.reason}; rewound to step {verdict.best_step} ({monitor.policy.correction})"
+        return True, note, False
     decide_stop(conn, job, "detector", monitor, now, shadow=shadow, reason=verdict.reason,
                 step=verdict.stop_step)
     return True, verdict.reason + (" (shadow mode: recorded, not enforced)" if shadow else ""), shadow

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
-from ..detectors import Detector, Monitor, parse_spec
+from ..detectors import Detector, Monitor, OnDetect, parse_spec
 from .score import ScoreIn
 from .store import Conn
 from .store import score as score_store
@@ -24,9 +24,9 @@ def detector_for(spec: str) -> Detector:
     return parse_spec(spec)
 
 
-def new_monitor_state(detector: Detector) -> dict[str, Any]:
-    """The ``monitor_state`` of a job registered with ``detector``."""
-    return Monitor(detector).to_json()
+def new_monitor_state(detector: Detector, policy: OnDetect | None = None) -> dict[str, Any]:
+    """The ``monitor_state`` of a job registered with ``detector`` and on-detect ``policy``."""
+    return Monitor(detector, policy=policy).to_json()
 
 
 def load_monitor(conn: Conn, job: Mapping[Any, Any], max_history: int) -> Monitor:

@@ -80,6 +80,27 @@ class JobIn(Body):
     gpus: StrictInt = Field(default=1, ge=1, le=1_000_000)
     expected_duration_s: FiniteFloat | None = Field(default=None, gt=0, le=1e8)
     shadow: bool = False
+    on_detect: Literal["stop", "rewind"] | None = Field(
+        default=None, description="At a detection: stop, or rewind to the best checkpoint (docs/rewind.md). "
+        "None: the tenant's default.")
+    max_rewinds: StrictInt | None = Field(default=None, ge=0, description="Rewinds before a detection "
+                                          "stops the job (default 1; at most the service's max_rewinds).")
+    correction: str | None = Field(default=None, max_length=500,
+                                   description="A rewind's correction spec, e.g. 'kl_coef*=2,lr*=0.5'.")
+    resubmit: dict[str, Any] | None = Field(
+        default=None, description="Ray/Slurm: how a rewind resubmits the job (docs/rewind.md).")
+
+
+class OnDetectIn(Body):
+    """A tenant's default on-detect policy (``OnDetect``: on_detect, max_rewinds, correction);
+    null: stop."""
+
+    on_detect: dict[str, Any] | None
+
+
+class OnDetectOut(BaseModel):
+    tenant: str
+    on_detect: dict[str, Any] | None
 
 
 class Delivery(BaseModel):
@@ -109,6 +130,8 @@ class JobOut(BaseModel):
     stopped_at: float | None
     n_evals: int = 0
     last_step: int | None = None
+    on_detect: dict[str, Any] | None = None
+    resubmit: dict[str, Any] | None = None
     deliveries: list[Delivery] = Field(default_factory=list)
 
 
@@ -138,11 +161,23 @@ class ScoreOut(BaseModel):
     received_at: float
 
 
+class RewindOut(BaseModel):
+    number: int
+    attempt: int = Field(description="The attempt that starts with this rewind (send it with its scores).")
+    step: int | None = Field(description="The step whose eval fired the rule.")
+    to_step: int | None = Field(description="The best eval's step: continue from there.")
+    checkpoint_uri: str | None = Field(description="The best eval's checkpoint.")
+    correction: str
+    reason: str
+
+
 class IngestOut(BaseModel):
     job_id: str
     accepted: int = Field(description="Scores newly stored.")
     duplicates: int = Field(description="Scores already stored with the same value (no-ops).")
-    decision: Literal["continue", "stop"]
+    decision: Literal["continue", "stop", "rewind"] = Field(
+        description="rewind: go back to rewind.checkpoint_uri, apply rewind.correction, continue "
+        "(docs/rewind.md).")
     state: str
     reason: str
     decided_now: bool
@@ -152,6 +187,8 @@ class IngestOut(BaseModel):
     best_step: int | None
     best_score: float | None
     best_checkpoint_uri: str | None
+    attempt: int = Field(default=0, description="The job's attempt now: the rewinds it has had.")
+    rewind: RewindOut | None = Field(default=None, description="With decision 'rewind': what to do.")
 
 
 class DecisionOut(BaseModel):
@@ -169,3 +206,5 @@ class DecisionOut(BaseModel):
     best_score: float | None
     best_checkpoint_uri: str | None
     created_at: float
+    correction: str | None = None
+    new_ref: str | None = None

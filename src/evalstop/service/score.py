@@ -33,6 +33,9 @@ class ScoreIn(BaseModel):
                                description="Defaults to the job's watched metric.")
     progress: Annotated[StrictNumber, Field(ge=0, le=1)] | None = None
     loss: StrictNumber | None = None
+    attempt: Annotated[StrictInt, Field(ge=0, le=1_000_000)] | None = Field(
+        default=None, description="The job's attempt (rewinds before it) this eval belongs to; "
+        "None: the current one (docs/rewind.md).")
 
     def to_eval(self) -> Eval:
         """The eval a detector observes."""

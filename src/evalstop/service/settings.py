@@ -41,6 +41,8 @@ class ServiceSettings(BaseSettings):
     #: (mann-kendall ``max_window``, slaq ``window``); registration above it is 422
     #: (:mod:`evalstop.service.limits`, docs/service.md).
     rule_max_window: int = Field(default=256, ge=1)
+    #: The most rewinds a job (or a tenant's default) may ask for (docs/rewind.md).
+    max_rewinds: int = Field(default=3, ge=0)
     run_worker: bool = True
     worker_poll_s: float = Field(default=0.1, gt=0, le=60)
     worker_lease_s: float = Field(default=30.0, gt=0)

@@ -18,6 +18,8 @@ tenants = sa.Table(
     sa.Column("scope", sa.JSON, nullable=True),
     #: rate limit and size quota overrides (:class:`~evalstop.service.fairness.Quota`); NULL = defaults
     sa.Column("quota", sa.JSON, nullable=True),
+    #: the default on-detect policy of the tenant's jobs (``OnDetect.to_json()``); NULL = stop
+    sa.Column("on_detect", sa.JSON(none_as_null=True), nullable=True),
 )
 
 #: Each tenant's token bucket where replicas share it (PostgreSQL; ``fairness.SharedTokenBuckets``):
@@ -55,6 +57,11 @@ jobs = sa.Table(
     #: The job's Monitor (``Monitor.to_json()``): its rule state, best eval and checkpoint.
     #: NULL: rebuilt once from the stored scores (service/monitoring.py).
     sa.Column("monitor_state", sa.JSON(none_as_null=True), nullable=True),
+    #: the job's on-detect policy as registered (its tenant's default when it named none); the
+    #: monitor carries it too. NULL: stop (registered before policies existed)
+    sa.Column("on_detect", sa.JSON(none_as_null=True), nullable=True),
+    #: how a rewind resubmits the job on its engine (``service/rewind.py``); NULL: in place
+    sa.Column("resubmit", sa.JSON(none_as_null=True), nullable=True),
     # an external reference belongs to one live job only (stopped jobs release it)
     sa.Index("uq_jobs_live_ref", "target", "external_ref", unique=True,
              sqlite_where=sa.text("state != 'stopped'"), postgresql_where=sa.text("state != 'stopped'")),
@@ -73,6 +80,8 @@ scores = sa.Table(
     sa.Column("loss", sa.Float, nullable=True),
     sa.Column("ts", sa.Float, nullable=True),
     sa.Column("received_at", sa.Float, nullable=False),
+    #: the attempt (rewinds before it) the client said the score belongs to; NULL: not said
+    sa.Column("attempt", sa.Integer, nullable=True),
     sa.UniqueConstraint("job_id", "metric", "step", name="uq_scores_job_metric_step"),
 )
 
@@ -94,6 +103,9 @@ decisions = sa.Table(
     sa.Column("best_score", sa.Float, nullable=True),
     sa.Column("best_checkpoint_uri", sa.String(2000), nullable=True),
     sa.Column("created_at", sa.Float, nullable=False),
+    #: a rewind decision's correction, and the job's new reference when it was resubmitted
+    sa.Column("correction", sa.String(500), nullable=True),
+    sa.Column("new_ref", sa.String(500), nullable=True),
     sa.UniqueConstraint("job_id", "source", name="uq_decisions_job_source"),
 )
 
@@ -148,4 +160,21 @@ delivery_events = sa.Table(
     sa.Column("attempts", sa.Integer, nullable=False),
     sa.Column("error", sa.String(1000), nullable=True),
     sa.Column("created_at", sa.Float, nullable=False),
+)
+
+
+#: The scores of an attempt a rewind discarded (the steps after the best eval), moved out of
+#: ``scores`` so that the next attempt may send the same steps again (``service/rewind.py``).
+rewound_scores = sa.Table(
+    "rewound_scores",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("job_id", sa.String(32), sa.ForeignKey("jobs.id"), nullable=False, index=True),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("metric", sa.String(200), nullable=False),
+    sa.Column("step", sa.BigInteger, nullable=False),
+    sa.Column("value", sa.Float, nullable=False),
+    sa.Column("checkpoint_uri", sa.String(2000), nullable=True),
+    sa.Column("received_at", sa.Float, nullable=False),
+    sa.Column("rewound_at", sa.Float, nullable=False),
 )

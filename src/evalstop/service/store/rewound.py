@@ -1,0 +1,40 @@
+"""Scores a rewind discarded: the steps after the best eval move from ``scores`` to
+``rewound_scores`` (kept as evidence), so the next attempt may report the same steps again."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from ..errors import NotFound
+from .tables import jobs, rewound_scores, scores, tenants
+
+MOVED = ("job_id", "metric", "step", "value", "checkpoint_uri", "received_at")
+
+
+def move_after(conn: Connection, job_id: str, after_step: int, attempt: int, now: float) -> int:
+    """Move the job's scores (every metric) with a step after ``after_step`` to
+    ``rewound_scores`` as attempt ``attempt``; return how many. Runs once per rewind."""
+    later = sa.and_(scores.c.job_id == job_id, scores.c.step > after_step)
+    chosen = sa.select(*(scores.c[c] for c in MOVED), sa.literal(attempt), sa.literal(now)).where(later)
+    conn.execute(rewound_scores.insert().from_select([*MOVED, "attempt", "rewound_at"], chosen))
+    return int(conn.execute(scores.delete().where(later)).rowcount or 0)
+
+
+def count(conn: Connection, job_id: str) -> int:
+    query = sa.select(sa.func.count()).select_from(rewound_scores).where(rewound_scores.c.job_id == job_id)
+    return int(conn.execute(query).scalar_one())
+
+
+def tenant_default(conn: Connection, tenant: str) -> Any:
+    """The tenant's default on-detect policy as stored (None: stop); NotFound for no tenant."""
+    found = conn.execute(sa.select(tenants.c.on_detect).where(tenants.c.name == tenant)).first()
+    if found is None:
+        raise NotFound(f"Tenant {tenant!r} not found.")
+    return found.on_detect
+
+
+def set_job(conn: Connection, job_id: str, **values: object) -> None:
+    conn.execute(jobs.update().where(jobs.c.id == job_id).values(**values))
