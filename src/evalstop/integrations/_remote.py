@@ -14,9 +14,12 @@ The expected API (``evalstop.service``)::
 ``RemoteHistory.next_eval()`` returns it (None when the reply carries none or it is malformed).
 
 The service runs the job's rule; ``decision`` is "stop" once a stop is decided and enforced (a
-shadow-mode stop answers "continue"). The client is the Python standard library only. It fails
-safe: a NaN/inf score is not sent (the service refuses non-finite values) and counts as
-invalid; an unreachable service or an error answer warns and the job continues.
+shadow-mode stop answers "continue"), and "rewind" when the job's policy rewinds it: the reply's
+``rewind`` object says where to go back to and what to correct (``_remote_rewind.py``);
+``RemoteHistory.take_rewind()`` hands it to the caller, which calls ``rewound(order)`` once done.
+The client is the Python standard library only. It fails safe: a NaN/inf score is not sent
+(the service refuses non-finite values) and counts as invalid; an unreachable service or an
+error answer warns and the job continues.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from typing import Any
 from .._validation import check_float
 from ..detectors import Decision, Eval, NextEval, Verdict
 from ._common import eval_row
+from ._remote_rewind import RewindOrder
 
 TOKEN_ENV = "EVALSTOP_TOKEN"
 
@@ -75,7 +79,7 @@ class RemoteJob:
         request = urllib.request.Request(self.scores_url, data=body, headers=headers, method="POST")
         with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
             answer = json.loads(response.read().decode())
-        if not isinstance(answer, dict) or answer.get("decision") not in ("continue", "stop"):
+        if not isinstance(answer, dict) or answer.get("decision") not in ("continue", "stop", "rewind"):
             raise ValueError(f"unexpected answer from {self.scores_url}: {answer!r}")
         return answer
 
@@ -95,9 +99,14 @@ class RemoteHistory:
         self._fired_at: int | None = None
         self._index_of: dict[int, int] = {}  # step -> position in ``evals`` (O(1) best_index)
         self._next_eval: NextEval | None = None
+        #: the job's attempt (rewinds done), sent with every score; a rewind order not yet taken
+        self.attempt = 0
+        self._rewind: RewindOrder | None = None
+        self._resume_after = -1  # a caller whose step counter goes on after a rewind: its step then
 
     def add(self, ev: Eval) -> Verdict | None:
-        if (self.evals and ev.step <= self.evals[-1].step) or self.verdict.stopped:
+        seen = (self.evals and ev.step <= self.evals[-1].step) or ev.step <= self._resume_after
+        if seen or self.verdict.stopped:
             return None
         self._index_of[ev.step] = len(self.evals)
         self.evals.append(ev)
@@ -106,6 +115,7 @@ class RemoteHistory:
             return self.verdict
         try:
             answer = self.job.post(self._payload(ev))
+            order = RewindOrder.from_answer(answer)
         except (OSError, ValueError) as exc:
             self.n_failed += 1
             warnings.warn(f"EvalStop service unreachable or failing ({exc}); the job continues.",
@@ -113,6 +123,8 @@ class RemoteHistory:
             return self.verdict
         self.verdict = self._verdict(answer)
         self._next_eval = _hint(answer.get("next_eval"))
+        if order is not None and order.attempt > self.attempt:
+            self._rewind = order
         if self.verdict.stopped:
             self._fired_at = len(self.evals) - 1
         return self.verdict
@@ -127,7 +139,26 @@ class RemoteHistory:
             payload["metric"] = self.metric
         if self.checkpoint_uri is not None:
             payload["checkpoint_uri"] = self.checkpoint_uri(ev.step)
+        if self.attempt:  # attempt 0 is the default (and a service without rewinds knows no field)
+            payload["attempt"] = self.attempt
         return payload
+
+    def take_rewind(self) -> RewindOrder | None:
+        """The rewind the service asked for in its latest replies (once), or None."""
+        order, self._rewind = self._rewind, None
+        return order
+
+    def rewound(self, order: RewindOrder, resume_after: int | None = None) -> None:
+        """The caller went back to ``order``'s checkpoint: later scores are of its attempt, and
+        the evals after its best step no longer count (a step may come again). A caller whose
+        step counter keeps counting (the HF Trainer) gives its current step as ``resume_after``:
+        an eval at or before it is then not the new attempt's (it is ignored)."""
+        self.attempt = order.attempt
+        self._resume_after = -1 if resume_after is None else resume_after
+        if order.to_step is not None:
+            self.evals = [ev for ev in self.evals if ev.step <= order.to_step]
+            self._index_of = {ev.step: i for i, ev in enumerate(self.evals)}
+            self._fired_at = None
 
     def _verdict(self, answer: dict[str, Any]) -> Verdict:
         stop = answer["decision"] == "stop"
@@ -166,6 +197,7 @@ class RemoteHistory:
             "best_score": v.best_score,
             "n_invalid": v.n_invalid,
             "n_failed_posts": self.n_failed,
+            "attempt": self.attempt,
             "evals": [eval_row(ev) for ev in self.evals],
         }
 
