@@ -44,7 +44,8 @@ def test_a_detection_rewinds_then_the_next_one_stops(api_any_db: Api) -> None:
     assert reply["decision"] == "rewind" and reply["decided_now"] and reply["state"] == "running"
     assert reply["attempt"] == 1
     assert reply["rewind"] == {"number": 1, "attempt": 1, "step": 4, "to_step": 2, "checkpoint_uri": "s3://c/2",
-                               "correction": "kl_coef*=2", "reason": reply["rewind"]["reason"]}
+                               "correction": "kl_coef*=2", "reason": reply["rewind"]["reason"],
+                               "resubmit": False}
     # the new attempt continues from step 2: steps 3 and 4 again, with other values, are new evals
     reply = _steps(api, token, job["id"], (3, 0.8), (4, 0.75), attempt=1)
     assert (reply["decision"], reply["accepted"], reply["best_step"]) == ("continue", 1, 3)

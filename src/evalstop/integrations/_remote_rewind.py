@@ -30,6 +30,8 @@ class RewindOrder:
     checkpoint_uri: str | None
     correction: str
     reason: str
+    #: the service stops this run and resubmits the job itself: the run ends, no rewind here
+    resubmit: bool = False
 
     @property
     def parsed(self) -> Correction:
@@ -47,7 +49,7 @@ class RewindOrder:
         try:
             order = cls(int(data["number"]), int(data["attempt"]), _opt_int(data.get("step")),
                         _opt_int(data.get("to_step")), _opt_str(data.get("checkpoint_uri")),
-                        str(data["correction"]), str(data.get("reason", "")))
+                        str(data["correction"]), str(data.get("reason", "")), data.get("resubmit") is True)
             order.parsed  # noqa: B018 - validates the correction spec now
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"a malformed rewind object {dict(data)!r}: {exc}") from None
@@ -55,7 +57,8 @@ class RewindOrder:
 
     def to_json(self) -> dict[str, Any]:
         return {"number": self.number, "attempt": self.attempt, "step": self.step, "to_step": self.to_step,
-                "checkpoint_uri": self.checkpoint_uri, "correction": self.correction, "reason": self.reason}
+                "checkpoint_uri": self.checkpoint_uri, "correction": self.correction, "reason": self.reason,
+                "resubmit": self.resubmit}
 
 
 def _opt_int(value: Any) -> int | None:

@@ -410,6 +410,12 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         order = self.history.take_rewind()
         if order is None:
             return
+        if order.resubmit:  # the service stops this run and starts the next attempt itself
+            warnings.warn(f"EvalStopCallback: the service resubmits this job from {order.checkpoint_uri} "
+                          f"with {order.correction}; this run stops.", stacklevel=2)
+            control.should_save = True
+            control.should_training_stop = True
+            return
         try:
             done = rewind_remote(order, args.output_dir, objects, self._trainer)
         except RewindRefused as exc:

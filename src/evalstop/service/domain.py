@@ -16,7 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..detectors import DEFAULT_SPEC, Detector, format_spec, parse_spec
+from ..detectors import DEFAULT_SPEC, Detector, OnDetect, format_spec, parse_spec
+from . import resubmit as resubmitting
 from . import rewind as rewinding
 from . import scopes as scoping
 from .actors import Actor, record
@@ -283,7 +284,7 @@ def set_override(
 
 
 def resubmit_template(
-    spec: JobSpec, policy: Any, scope: Any, tenant: str
+    spec: JobSpec, policy: OnDetect, scope: scoping.TenantScope | None, tenant: str
 ) -> dict[str, Any] | None:
     """The job's resubmission template, checked against the tenant's scope (None: in place)."""
     if spec.resubmit is None:
@@ -291,7 +292,7 @@ def resubmit_template(
     if not policy.rewinds:
         raise InvalidInput("resubmit: a resubmission template needs on_detect='rewind' with "
                            "max_rewinds >= 1.")
-    return None
+    return resubmitting.check_template(spec.target, spec.resubmit, scope, tenant)
 
 
 def set_tenant_on_detect(

@@ -148,11 +148,11 @@ def _ingest(
     rewind: dict[str, Any] | None = None
     if verdict.stopped and new:
         decided_now, note, shadow = _maybe_decide(conn, job, monitor, now, job["detector_decided"])
-        if decided_now and monitor.action == "rewind" and not shadow:
-            rewind = rewinding.rewind_now(conn, job, monitor, now)
+        if decided_now and monitor.policy.on_detect == "rewind" and not shadow:  # rewound, or stopped instead
+            rewind = rewinding.rewind_now(conn, job, monitor, now) if monitor.action == "rewind" else None
             score_store.write(store, conn, job_id, (), now, monitor.to_json())
             verdict = monitor.verdict
-        elif decided_now:
+        if decided_now and rewind is None:
             enforced, shadow_stop = enforced or not shadow, shadow_stop or shadow
             state = state if shadow else "stopping"
     result = IngestResult(
@@ -163,7 +163,7 @@ def _ingest(
         best_score=verdict.best_score, best_checkpoint_uri=monitor.best_checkpoint,
         attempt=monitor.n_rewinds, rewind=rewind,
     )
-    return rewinding.stale_reply(result, monitor, stale)
+    return rewinding.stale_reply(conn, job, result, monitor, stale) if stale else result
 
 
 def decide_stop(
@@ -191,6 +191,8 @@ def _maybe_decide(
     if job["state"] != "running" or decided:
         return False, verdict.reason, False
     shadow = bool(job["shadow"] or job["tenant_shadow"])
+    if monitor.action == "rewind" and not shadow and not rewinding.can_rewind(conn, job, monitor):
+        monitor.stop_instead()
     if monitor.action == "rewind":
         if shadow:  # recorded as the job's one detector decision; the monitor is not rewound
             decision_store.record_rewind(

@@ -93,12 +93,19 @@ def split_stale(items: Sequence[ScoreIn], attempt: int) -> tuple[Sequence[ScoreI
     return kept, len(items) - len(kept)
 
 
+def can_rewind(conn: Conn, job: Mapping[Any, Any], monitor: Monitor) -> bool:
+    """False when the job is resubmitted on its engine but no checkpoint was posted with its
+    best eval (there is nothing to resubmit from): the detection then stops the job."""
+    return monitor.best_checkpoint is not None or rewound_store.resubmit_of(conn, job["id"]) is None
+
+
 def rewind_now(conn: Conn, job: Mapping[Any, Any], monitor: Monitor, now: float) -> dict[str, Any]:
-    """Record the rewind the monitor's rule asks for, rewind the monitor, move the discarded
-    scores; return the reply's ``rewind`` object. The caller writes the monitor back."""
+    """Record the rewind the monitor's rule asks for (with an outbox row when the job is
+    resubmitted on its engine), rewind the monitor, move the discarded scores; return the
+    reply's ``rewind`` object. The caller writes the monitor back."""
     verdict = monitor.verdict
     number = monitor.n_rewinds + 1
-    resubmit = job.get("resubmit") is not None
+    resubmit = rewound_store.resubmit_of(conn, job["id"]) is not None
     decision_store.record_rewind(
         conn, job["id"], now, enqueue=resubmit, source=f"rewind-{number}", shadow=False, enforced=True,
         reason=verdict.reason[:1000], detector=job["detector"], step=verdict.stop_step,
@@ -110,7 +117,7 @@ def rewind_now(conn: Conn, job: Mapping[Any, Any], monitor: Monitor, now: float)
         rewound_store.move_after(conn, job["id"], done.to_step, number - 1, now)
     reply = reply_of(monitor)
     assert reply is not None
-    return reply
+    return {**reply, "resubmit": resubmit}
 
 
 def reply_of(monitor: Monitor) -> dict[str, Any] | None:
@@ -120,7 +127,7 @@ def reply_of(monitor: Monitor) -> dict[str, Any] | None:
     last = monitor.rewinds[-1]
     return {"number": last["number"], "attempt": last["number"], "step": last["step"],
             "to_step": last["to_step"], "checkpoint_uri": last["checkpoint"],
-            "correction": last["correction"], "reason": last["reason"]}
+            "correction": last["correction"], "reason": last["reason"], "resubmit": False}
 
 
 def shadow_note(monitor: Monitor) -> str:
@@ -128,9 +135,11 @@ def shadow_note(monitor: Monitor) -> str:
     return f"{monitor.verdict.reason} (shadow mode: rewind recorded, not enforced)"
 
 
-def stale_reply(result: Result, monitor: Monitor, stale: int) -> Result:
+def stale_reply(conn: Conn, job: Mapping[Any, Any], result: Result, monitor: Monitor, stale: int) -> Result:
     """``result`` (an ``IngestResult``) for a request that held scores of an earlier attempt:
     the rewind again."""
-    if not stale or not monitor.rewinds or getattr(result, "decision", None) == "stop":
+    reply = reply_of(monitor)
+    if not stale or reply is None or getattr(result, "decision", None) == "stop":
         return result
-    return replace(result, decision="rewind", rewind=reply_of(monitor))  # type: ignore[type-var]
+    reply["resubmit"] = rewound_store.resubmit_of(conn, job["id"]) is not None
+    return replace(result, decision="rewind", rewind=reply)  # type: ignore[type-var]

@@ -169,6 +169,8 @@ class RewindOut(BaseModel):
     checkpoint_uri: str | None = Field(description="The best eval's checkpoint.")
     correction: str
     reason: str
+    resubmit: bool = Field(description="The service stops this job and resubmits it from the checkpoint "
+                           "(Ray, Slurm): the client stops instead of rewinding in place.")
 
 
 class IngestOut(BaseModel):

@@ -21,6 +21,7 @@ from typing import Any
 from .adapters._base import AdapterError, EnforcementAdapter, JobRef
 from .background import DaemonLoop
 from .metrics import ServiceMetrics
+from .rewind_delivery import record_new_ref, rewind_of, submit
 from .store import Conn, Store
 from .store import delivery as delivery_store
 from .store import job as job_store
@@ -149,11 +150,21 @@ class Worker(DaemonLoop):
             adapter.hard_stop(ref)
             return "reconcile", None
         if phase == "reconcile":
+            if adapter.is_stopped(ref) and rewind_of(self.store, row["decision_id"]) is not None:
+                return "resubmit", None  # a rewind on an engine that resubmits (rewind_delivery.py)
             if adapter.is_stopped(ref):
                 self._delivered(row["id"], job, now)
                 return "done", None
             raise AdapterError(f"job {ref.external_ref!r} still holds its resources after hard_stop",
                                retryable=True)
+        if phase == "resubmit":
+            rewind = rewind_of(self.store, row["decision_id"])
+            assert rewind is not None
+            new_ref = submit(adapter, ref, job, uri, rewind)
+            with self.store.transaction() as conn:
+                self._set(row["id"], None, conn, delivered_at=now)
+                record_new_ref(conn, job, row["decision_id"], ref.external_ref, new_ref, rewind[0], now)
+            return "done", None
         raise RuntimeError(f"outbox row {row['id']} has unknown phase {phase!r}")
 
     # -- persistence --------------------------------------------------------------------------

@@ -36,5 +36,10 @@ def tenant_default(conn: Connection, tenant: str) -> Any:
     return found.on_detect
 
 
+def resubmit_of(conn: Connection, job_id: str) -> Any:
+    """The job's resubmission template (None: it rewinds in place). Read at a rewind only."""
+    return conn.execute(sa.select(jobs.c.resubmit).where(jobs.c.id == job_id)).scalar()
+
+
 def set_job(conn: Connection, job_id: str, **values: object) -> None:
     conn.execute(jobs.update().where(jobs.c.id == job_id).values(**values))
