@@ -215,3 +215,30 @@ def test_slurm_rewind_stops_the_job_and_sbatches_the_next_attempt(
         adapter.resubmit(old, {**template, "account": "beta"}, "#!/bin/bash\ntrue\n", 2)
     slurm.run("scancel", new_id)
     ctx.store.dispose()
+
+
+def test_a_stop_decided_before_the_resubmission_cancels_it(slurm: SlurmCluster, tmp_path: Path) -> None:
+    first = tmp_path / "first.sh"
+    first.write_text("#!/bin/bash\nsleep 600\n")
+    old_id = slurm.sbatch(first, "--account=alpha")
+    settings = ServiceSettings(database_url=f"sqlite:///{tmp_path / 'e.db'}", run_worker=False,
+                               adapter_settings={"slurm": {"slurm_conf": str(slurm.conf)}})
+    ctx = ServiceContext.build(settings)
+    domain.create_tenant(ctx.store, "acme", scope={"slurm": {"accounts": ["alpha"]}})
+    spec = domain.JobSpec(external_ref=old_id, target="slurm", detector="evalstop:k=2", grace_period_s=5,
+                          on_detect="rewind", correction="lr*=0.5",
+                          resubmit={"script": SCRIPT.format(out=tmp_path)})
+    job_id = domain.register_job(ctx.store, "acme", spec, ctx.adapters.check)["id"]
+    _rewind(ctx, job_id, "/ckpt/checkpoint-2")
+    domain.set_override(ctx.store, job_id, "acme", "stop_now", reason="enough")
+
+    def settled() -> bool:
+        ctx.worker.run_once()
+        return all(d["phase"] == "done" for d in domain.get_job(ctx.store, job_id, "acme")["deliveries"])
+
+    _wait(settled, "both deliveries", 120)
+    job = domain.get_job(ctx.store, job_id, "acme")
+    assert job["external_ref"] == old_id and job["state"] == "stopped"
+    assert not (tmp_path / "args.txt").exists()
+    assert slurm.run("squeue", "--noheader", f"--name=evalstop-{job_id}-r1").stdout.strip() == ""
+    ctx.store.dispose()

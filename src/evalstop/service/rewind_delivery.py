@@ -29,6 +29,13 @@ def rewind_of(store: Store, decision_id: int) -> tuple[int, str] | None:
     return int(str(found.source).rpartition("-")[2]), str(found.correction or "")
 
 
+def still_running(store: Store, job_id: str) -> bool:
+    """Whether the job still runs (a stop decided meanwhile, e.g. ``stop_now``, cancels the
+    resubmission: the job then ends stopped)."""
+    with store.reading() as conn:
+        return bool(job_store.row(conn, job_id, None)["state"] == "running")
+
+
 def submit(
     adapter: EnforcementAdapter, ref: JobRef, job: Mapping[Any, Any], uri: str | None, rewind: tuple[int, str]
 ) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 from .adapters._base import AdapterError, EnforcementAdapter, JobRef
 from .background import DaemonLoop
 from .metrics import ServiceMetrics
-from .rewind_delivery import record_new_ref, rewind_of, submit
+from .rewind_delivery import record_new_ref, rewind_of, still_running, submit
 from .store import Conn, Store
 from .store import delivery as delivery_store
 from .store import job as job_store
@@ -160,6 +160,9 @@ class Worker(DaemonLoop):
         if phase == "resubmit":
             rewind = rewind_of(self.store, row["decision_id"])
             assert rewind is not None
+            if not still_running(self.store, job["id"]):  # stopped meanwhile: nothing to resubmit
+                self._set(row["id"], None, delivered_at=now)
+                return "done", None
             new_ref = submit(adapter, ref, job, uri, rewind)
             with self.store.transaction() as conn:
                 self._set(row["id"], None, conn, delivered_at=now)
