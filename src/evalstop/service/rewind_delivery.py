@@ -6,15 +6,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import sqlalchemy as sa
-
 from .actors import Actor, record
 from .adapters._base import AdapterError, EnforcementAdapter, JobRef
 from .resubmit import render
 from .store import Conn, Store
 from .store import decision as decision_store
 from .store import job as job_store
-from .store.tables import decisions
+from .store import rewound as rewound_store
 
 WORKER = Actor(None, name="evalstop worker", channel="worker")
 
@@ -22,11 +20,10 @@ WORKER = Actor(None, name="evalstop worker", channel="worker")
 def rewind_of(store: Store, decision_id: int) -> tuple[int, str] | None:
     """``(rewind number, correction)`` when the outbox row's decision is a rewind, else None."""
     with store.reading() as conn:
-        found = conn.execute(sa.select(decisions.c.decision, decisions.c.source, decisions.c.correction)
-                             .where(decisions.c.id == decision_id)).first()
-    if found is None or found.decision != "rewind":
+        found = rewound_store.decision_kind(conn, decision_id)
+    if found is None or found[0] != "rewind":
         return None
-    return int(str(found.source).rpartition("-")[2]), str(found.correction or "")
+    return int(found[1].rpartition("-")[2]), found[2]
 
 
 def still_running(store: Store, job_id: str) -> bool:

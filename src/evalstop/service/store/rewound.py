@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..errors import NotFound
-from .tables import jobs, rewound_scores, scores, tenants
+from .tables import decisions, jobs, rewound_scores, scores, tenants
 
 MOVED = ("job_id", "metric", "step", "value", "checkpoint_uri", "received_at")
 
@@ -21,11 +21,6 @@ def move_after(conn: Connection, job_id: str, after_step: int, attempt: int, now
     chosen = sa.select(*(scores.c[c] for c in MOVED), sa.literal(attempt), sa.literal(now)).where(later)
     conn.execute(rewound_scores.insert().from_select([*MOVED, "attempt", "rewound_at"], chosen))
     return int(conn.execute(scores.delete().where(later)).rowcount or 0)
-
-
-def count(conn: Connection, job_id: str) -> int:
-    query = sa.select(sa.func.count()).select_from(rewound_scores).where(rewound_scores.c.job_id == job_id)
-    return int(conn.execute(query).scalar_one())
 
 
 def tenant_default(conn: Connection, tenant: str) -> Any:
@@ -41,5 +36,8 @@ def resubmit_of(conn: Connection, job_id: str) -> Any:
     return conn.execute(sa.select(jobs.c.resubmit).where(jobs.c.id == job_id)).scalar()
 
 
-def set_job(conn: Connection, job_id: str, **values: object) -> None:
-    conn.execute(jobs.update().where(jobs.c.id == job_id).values(**values))
+def decision_kind(conn: Connection, decision_id: int) -> tuple[str, str, str] | None:
+    """``(decision, source, correction)`` of a decision, or None."""
+    found = conn.execute(sa.select(decisions.c.decision, decisions.c.source, decisions.c.correction)
+                         .where(decisions.c.id == decision_id)).first()
+    return None if found is None else (str(found.decision), str(found.source), str(found.correction or ""))
