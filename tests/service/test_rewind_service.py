@@ -7,11 +7,13 @@ import json
 from typing import Any
 
 import sqlalchemy as sa
+from fastapi.testclient import TestClient
 
 from evalstop.detectors import Monitor
+from evalstop.service.app import create_app
 from evalstop.service.store.tables import jobs, rewound_scores
 
-from ._support import ADMIN, Api
+from ._support import ADMIN, Api, make_settings
 
 REWIND = {"on_detect": "rewind", "correction": "kl_coef*=2"}
 
@@ -147,3 +149,21 @@ def test_the_fast_lane_and_the_route_give_the_same_rewind_replies(api: Api) -> N
         assert a.json() == (b.json() | {"job_id": fast} if b.status_code == 200 else b.json()), body
         replies.append(a.json().get("decision"))
     assert replies == ["continue", "rewind", "continue", "rewind", None, "continue", "stop"]
+
+
+def test_a_batch_written_in_units_does_not_start_the_next_attempt(sqlite_url: str) -> None:
+    """On SQLite a batch is written in units (here of 2): the scores after the detection, in
+    later units, belong to the rewound attempt, as they would in one unit."""
+    with TestClient(create_app(make_settings(sqlite_url, ingest_chunk=2))) as client:
+        api = Api(client)
+        token = api.tenant("acme")
+        job = api.job(token, **REWIND)
+        batch = {"scores": [{"step": s, "value": v, "checkpoint_uri": f"s3://c/{s}"}
+                            for s, v in [(1, 0.5), (2, 0.7), (3, 0.6), (4, 0.5), (5, 0.9), (6, 0.95)]]}
+        reply = api.post(token, job["id"], batch).json()
+        got = (reply["decision"], reply["accepted"], reply["duplicates"], reply["attempt"])
+        assert got == ("rewind", 4, 2, 1)
+        assert reply["rewind"]["to_step"] == 2 and reply["best_step"] == 2
+        scores = api.client.get(f"/v1/jobs/{job['id']}/scores", headers=api.as_(token)).json()
+        assert [s["step"] for s in scores] == [1, 2]
+        assert _steps(api, token, job["id"], (3, 0.8), attempt=1)["decision"] == "continue"

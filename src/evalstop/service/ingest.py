@@ -106,13 +106,15 @@ def _units(
     # transaction (fewer round trips).
     size = store.limits.ingest_chunk if store.committer is not None else max(len(scores_in), 1)
     chunks = [scores_in[i:i + size] for i in range(0, len(scores_in), size)]
-    return [partial(_ingest_unit, store, job_id, tenant, part, now) for part in chunks]
+    batch: dict[str, int] = {}  # the job's attempt when the batch's first unit ran (rewind.py)
+    return [partial(_ingest_unit, store, job_id, tenant, part, now, batch) for part in chunks]
 
 
 def _ingest_unit(
-    store: Store, job_id: str, tenant: str | None, part: Sequence[ScoreIn], now: float, conn: Conn
+    store: Store, job_id: str, tenant: str | None, part: Sequence[ScoreIn], now: float,
+    batch: dict[str, int], conn: Conn
 ) -> IngestResult:
-    return _ingest(store, conn, job_id, tenant, part, now)
+    return _ingest(store, conn, job_id, tenant, part, now, batch)
 
 
 def _merged(results: Sequence[IngestResult]) -> IngestResult:
@@ -132,13 +134,15 @@ def _merged(results: Sequence[IngestResult]) -> IngestResult:
 
 
 def _ingest(
-    store: Store, conn: Conn, job_id: str, tenant: str | None, scores_in: Sequence[ScoreIn], now: float
+    store: Store, conn: Conn, job_id: str, tenant: str | None, scores_in: Sequence[ScoreIn], now: float,
+    batch: dict[str, int] | None = None,
 ) -> IngestResult:
     job = job_store.read_for_ingest(store, conn, job_id, tenant)
     # Load (or rebuild from the stored history) before inserting, so a rebuild never sees the
     # new rows, which are observed once below.
     monitor = load_monitor(conn, job, store.limits.max_history)
-    scores_in, stale = rewinding.split_stale(scores_in, monitor.n_rewinds)
+    began = monitor.n_rewinds if batch is None else batch.setdefault("attempt", monitor.n_rewinds)
+    scores_in, stale = rewinding.split_stale(scores_in, monitor.n_rewinds, began)
     new, duplicates = score_store.new_scores(conn, job, scores_in)
     changed = observe_new(monitor, new, job["metric"]) or job.get("monitor_state") is None
     score_store.write(store, conn, job_id, new, now, monitor.to_json() if changed else None)
