@@ -20,7 +20,7 @@ pytest.importorskip("fastapi", reason="needs the service extra: pip install -e '
 import sqlalchemy as sa
 from slurm_cluster import SlurmCluster, missing, start_cluster
 
-from evalstop.service import domain
+from evalstop.service import controls, domain
 from evalstop.service.adapters import JobRef, NotOwned
 from evalstop.service.context import ServiceContext
 from evalstop.service.ingest import ScoreIn, ingest_scores
@@ -241,4 +241,47 @@ def test_a_stop_decided_before_the_resubmission_cancels_it(slurm: SlurmCluster, 
     assert job["external_ref"] == old_id and job["state"] == "stopped"
     assert not (tmp_path / "args.txt").exists()
     assert slurm.run("squeue", "--noheader", f"--name=evalstop-{job_id}-r1").stdout.strip() == ""
+    ctx.store.dispose()
+
+
+def test_a_refused_resubmission_fails_and_a_retry_resubmits(slurm: SlurmCluster, tmp_path: Path) -> None:
+    """The operator narrows the tenant's accounts after registration: the stop goes through but
+    the resubmission under account 'beta' is refused (the job is stop_failed, nothing was
+    submitted); with the scope restored, a retry of the delivery resubmits and the job runs."""
+    first = tmp_path / "first.sh"
+    first.write_text("#!/bin/bash\nsleep 600\n")
+    old_id = slurm.sbatch(first, "--account=alpha")
+    settings = ServiceSettings(database_url=f"sqlite:///{tmp_path / 'e.db'}", run_worker=False,
+                               adapter_settings={"slurm": {"slurm_conf": str(slurm.conf)}},
+                               worker_max_attempts=1)
+    ctx = ServiceContext.build(settings)
+    scope = {"slurm": {"accounts": ["alpha", "beta"]}}
+    domain.create_tenant(ctx.store, "acme", scope=scope)
+    spec = domain.JobSpec(external_ref=old_id, target="slurm", detector="evalstop:k=2", grace_period_s=5,
+                          on_detect="rewind", correction="lr*=0.5",
+                          resubmit={"script": SCRIPT.format(out=tmp_path), "account": "beta"})
+    job_id = domain.register_job(ctx.store, "acme", spec, ctx.adapters.check)["id"]
+    _rewind(ctx, job_id, "/ckpt/checkpoint-2")
+    domain.set_tenant_policy(ctx.store, "acme", scope={"slurm": {"accounts": ["alpha"]}})
+
+    def state() -> str:
+        ctx.worker.run_once()
+        return str(domain.get_job(ctx.store, job_id, "acme")["state"])
+
+    _wait(lambda: state() == "stop_failed", "the refused resubmission", 120)
+    job = domain.get_job(ctx.store, job_id, "acme")
+    assert job["external_ref"] == old_id
+    assert "resubmission account 'beta' is outside tenant 'acme'" in job["deliveries"][0]["last_error"]
+    assert ctx.adapters.get("slurm").is_stopped(JobRef(job_id, "acme", old_id))  # the stop went through
+    named = ["squeue", "--noheader", "--states=all", f"--name=evalstop-{job_id}-r1", "--format=%i"]
+    assert slurm.run(*named).stdout.split() == []  # nothing submitted
+    domain.set_tenant_policy(ctx.store, "acme", scope=scope)
+    controls.retry_stop(ctx.store, job_id, controls.Actor(None), "scope fixed")
+    _wait(lambda: state() == "running", "the retried resubmission", 120)
+    job = domain.get_job(ctx.store, job_id, "acme")
+    assert job["external_ref"] == slurm.run(*named).stdout.split()[0]
+    assert job["deliveries"][0]["phase"] == "done"
+    assert "Account=beta" in slurm.run("scontrol", "show", "job", "-o", job["external_ref"]).stdout
+    _wait(lambda: (tmp_path / "args.txt").exists(), "the second attempt to start", 60)
+    slurm.run("scancel", job["external_ref"])
     ctx.store.dispose()

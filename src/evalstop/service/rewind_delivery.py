@@ -26,11 +26,11 @@ def rewind_of(store: Store, decision_id: int) -> tuple[int, str] | None:
     return int(found[1].rpartition("-")[2]), found[2]
 
 
-def still_running(store: Store, job_id: str) -> bool:
-    """Whether the job still runs (a stop decided meanwhile, e.g. ``stop_now``, cancels the
-    resubmission: the job then ends stopped)."""
+def stop_decided(store: Store, job_id: str) -> bool:
+    """Whether an enforced stop was decided for the job (``stop_now``, say): it cancels the
+    resubmission, and the job ends stopped by that stop's own delivery."""
     with store.reading() as conn:
-        return bool(job_store.row(conn, job_id, None)["state"] == "running")
+        return rewound_store.stop_decided(conn, job_id)
 
 
 def submit(
@@ -55,7 +55,7 @@ def record_new_ref(
 ) -> None:
     """The same job row now runs as ``new_ref`` (attempt ``number``); the decision and the audit
     trail say so. In the worker's fenced transaction."""
-    job_store.update(conn, job["id"], external_ref=new_ref)
+    job_store.update(conn, job["id"], external_ref=new_ref, state="running")  # also after a retry
     decision_store.set_new_ref(conn, decision_id, new_ref)
     why = f"rewind {number}: {job['target']} job {old_ref!r} stopped; attempt {number} is {new_ref!r}"
     record(conn, job["id"], WORKER, "resubmit", why[:1000], now)

@@ -21,7 +21,7 @@ from typing import Any
 from .adapters._base import AdapterError, EnforcementAdapter, JobRef
 from .background import DaemonLoop
 from .metrics import ServiceMetrics
-from .rewind_delivery import record_new_ref, rewind_of, still_running, submit
+from .rewind_delivery import record_new_ref, rewind_of, stop_decided, submit
 from .store import Conn, Store
 from .store import delivery as delivery_store
 from .store import job as job_store
@@ -160,7 +160,7 @@ class Worker(DaemonLoop):
         if phase == "resubmit":
             rewind = rewind_of(self.store, row["decision_id"])
             assert rewind is not None
-            if not still_running(self.store, job["id"]):  # stopped meanwhile: nothing to resubmit
+            if stop_decided(self.store, job["id"]):  # a stop meanwhile (stop_now): no next attempt
                 self._set(row["id"], None, delivered_at=now)
                 return "done", None
             new_ref = submit(adapter, ref, job, uri, rewind)

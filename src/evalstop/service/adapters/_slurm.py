@@ -202,8 +202,10 @@ class SlurmAdapter(EnforcementAdapter):
         return new_id
 
     def _named(self, job: JobRef, name: str) -> str | None:
-        """The id of the job called ``name`` that Slurm still knows, if any."""
-        result = self.run(["squeue", "--noheader", "--states=all", f"--name={name}", "--format=%i"])
+        """The id of the live (not finished) job called ``name``, if any: one cancelled because
+        its owner check failed does not count."""
+        result = self.run(["squeue", "--noheader", "--states=all", f"--name={name}", "--format=%i %T"])
         classify(f"slurm resubmit lookup for job {job.job_id}", result)
-        found = result.stdout.split()
-        return found[0] if found else None
+        live = [line.split()[0] for line in result.stdout.splitlines()
+                if len(line.split()) == 2 and line.split()[1] not in TERMINAL]
+        return live[0] if live else None

@@ -36,6 +36,14 @@ def resubmit_of(conn: Connection, job_id: str) -> Any:
     return conn.execute(sa.select(jobs.c.resubmit).where(jobs.c.id == job_id)).scalar()
 
 
+def stop_decided(conn: Connection, job_id: str) -> bool:
+    """Whether the job has an enforced stop decision."""
+    d = decisions.c
+    found = conn.execute(sa.select(d.id).where(d.job_id == job_id, d.decision == "stop", d.enforced.is_(True))
+                         .limit(1))
+    return found.first() is not None
+
+
 def decision_kind(conn: Connection, decision_id: int) -> tuple[str, str, str] | None:
     """``(decision, source, correction)`` of a decision, or None."""
     found = conn.execute(sa.select(decisions.c.decision, decisions.c.source, decisions.c.correction)
