@@ -159,6 +159,7 @@ def test_ray_rewind_stops_the_job_and_submits_the_next_attempt(
 
 # -- Slurm ----------------------------------------------------------------------------------------
 SCRIPT = """#!/bin/bash
+#SBATCH --output={out}/slurm-%j.out
 printf '%s\\n' {{checkpoint}} {{correction}} > {out}/args.txt
 sleep 600
 """
