@@ -180,8 +180,7 @@ def test_the_readme_quickstart_runs_twice_in_the_same_folder(tmp_path: Path) -> 
         out = done.stdout + done.stderr
         assert done.returncode == 0, f"run {attempt}: {out[-3000:]}"
         assert '"stop_step":300' in out.replace(" ", ""), f"run {attempt}: {out[-3000:]}"
-        # a 401 as a status, not inside a timestamp such as 1796174011.81 (seen: a false failure)
-        # (the stop's reply has no eval hint: "next_eval":null is the one null expected)
-        before = out.split("decisions")[0].replace('"next_eval":null', "")
-        assert re.search(r"\b401\b", out) is None and "null" not in before
+        # a 401 as a status, not inside a timestamp such as 1796174011.81 (seen: a false failure);
+        # a null token or job id fails the block itself (jq -e)
+        assert re.search(r"\b401\b", out) is None
         assert "alembic" not in out  # migrations log at debug only (issue 19: ~9 INFO lines per start)

@@ -15,9 +15,12 @@ The expected API (``evalstop.service``)::
 ``score_stderr`` is sent when the eval carries a finite standard error.
 
 The service runs the job's rule; ``decision`` is "stop" once a stop is decided and enforced (a
-shadow-mode stop answers "continue"). The client is the Python standard library only. It fails
-safe: a NaN/inf score is not sent (the service refuses non-finite values) and counts as
-invalid; an unreachable service or an error answer warns and the job continues.
+shadow-mode stop answers "continue"), and "rewind" when the job's policy rewinds it: the reply's
+``rewind`` object says where to go back to and what to correct (``_remote_rewind.py``);
+``RemoteHistory.take_rewind()`` hands it to the caller, which calls ``rewound(order)`` once done.
+The client is the Python standard library only. It fails safe: a NaN/inf score is not sent
+(the service refuses non-finite values) and counts as invalid; an unreachable service or an
+error answer warns and the job continues.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from typing import Any
 from .._validation import check_float
 from ..detectors import Decision, Eval, NextEval, Verdict
 from ._common import eval_row
+from ._remote_rewind import RewindOrder
 
 TOKEN_ENV = "EVALSTOP_TOKEN"
 
@@ -76,7 +80,7 @@ class RemoteJob:
         request = urllib.request.Request(self.scores_url, data=body, headers=headers, method="POST")
         with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
             answer = json.loads(response.read().decode())
-        if not isinstance(answer, dict) or answer.get("decision") not in ("continue", "stop"):
+        if not isinstance(answer, dict) or answer.get("decision") not in ("continue", "stop", "rewind"):
             raise ValueError(f"unexpected answer from {self.scores_url}: {answer!r}")
         return answer
 
@@ -86,9 +90,10 @@ class RemoteHistory:
 
     The service's job monitor is the one that decides: this client runs no rule. It keeps only
     what it answers its caller with: the verdict and best eval of the service's latest reply, its
-    ``next_eval`` hint, the evals it saw (for the record file), and what never reached the
-    service (non-finite scores, failed posts). A remote verdict names steps, not positions:
-    ``stop_index`` and ``best_index`` are None (the service counts the evals it was sent)."""
+    ``next_eval`` hint, a rewind order not yet taken, the evals it saw (for the record file), and
+    what never reached the service (non-finite scores, failed posts). A remote verdict names
+    steps, not positions: ``stop_index`` and ``best_index`` are None (the service counts the evals
+    it was sent)."""
 
     def __init__(
         self, job: RemoteJob, metric: str | None = None, checkpoint_uri: Callable[[int], str] | None = None
@@ -101,11 +106,17 @@ class RemoteHistory:
         self.n_failed = 0
         self.fired_now = False
         self._next_eval: NextEval | None = None
+        #: the job's attempt (rewinds done), sent with every score; a rewind order not yet taken
+        self.attempt = 0
+        self._rewind: RewindOrder | None = None
+        self._resume_after = -1  # a caller whose step counter goes on after a rewind: its step then
 
     def add(self, ev: Eval) -> Verdict | None:
         """Send ``ev`` and take the service's answer; None (nothing sent) for a step that does not
-        follow the last one, or once the service has stopped the job (its verdict is final)."""
-        if (self.evals and ev.step <= self.evals[-1].step) or self.verdict.stopped:
+        follow the last one (or comes before a rewind's resume point), or once the service has
+        stopped the job (its verdict is final)."""
+        seen = (self.evals and ev.step <= self.evals[-1].step) or ev.step <= self._resume_after
+        if seen or self.verdict.stopped:
             return None
         self.fired_now = False
         self.evals.append(ev)
@@ -114,6 +125,7 @@ class RemoteHistory:
             return self.verdict
         try:
             answer = self.job.post(self._payload(ev))
+            order = RewindOrder.from_answer(answer)
         except (OSError, ValueError) as exc:
             self.n_failed += 1
             warnings.warn(f"EvalStop service unreachable or failing ({exc}); the job continues.",
@@ -122,6 +134,8 @@ class RemoteHistory:
         self.verdict = _verdict(answer, self.verdict.n_invalid)
         self.fired_now = self.verdict.stopped
         self._next_eval = _hint(answer.get("next_eval"))
+        if order is not None and order.attempt > self.attempt:
+            self._rewind = order
         return self.verdict
 
     def _payload(self, ev: Eval) -> dict[str, Any]:
@@ -136,11 +150,29 @@ class RemoteHistory:
             payload["metric"] = self.metric
         if self.checkpoint_uri is not None:
             payload["checkpoint_uri"] = self.checkpoint_uri(ev.step)
+        if self.attempt:  # attempt 0 is the default (and a service without rewinds knows no field)
+            payload["attempt"] = self.attempt
         return payload
 
     def next_eval(self) -> NextEval | None:
         """The service's hint from its latest reply (None if it gave none: e.g. the job is stopped)."""
         return self._next_eval
+
+    def take_rewind(self) -> RewindOrder | None:
+        """The rewind the service asked for in its latest replies (once), or None."""
+        order, self._rewind = self._rewind, None
+        return order
+
+    def rewound(self, order: RewindOrder, resume_after: int | None = None) -> None:
+        """The caller went back to ``order``'s checkpoint: later scores are of its attempt, and
+        the evals after its best step no longer count (a step may come again). A caller whose
+        step counter keeps counting (the HF Trainer) gives its current step as ``resume_after``:
+        an eval at or before it is then not the new attempt's (it is ignored)."""
+        self.attempt = order.attempt
+        self._resume_after = -1 if resume_after is None else resume_after
+        self.fired_now = False
+        if order.to_step is not None:
+            self.evals = [ev for ev in self.evals if ev.step <= order.to_step]
 
     @property
     def last_is_best(self) -> bool:
@@ -157,13 +189,15 @@ class RemoteHistory:
             "best_score": v.best_score,
             "n_invalid": v.n_invalid,
             "n_failed_posts": self.n_failed,
+            "attempt": self.attempt,
             "evals": [eval_row(ev) for ev in self.evals],
         }
 
 
 def _verdict(answer: dict[str, Any], n_invalid: int) -> Verdict:
     """The service's reply as a Verdict: "stop" once a stop is decided and enforced (a shadow
-    stop answers "continue"), at the reply's ``stop_step``, with its best eval."""
+    stop answers "continue"; a rewind answers "rewind", which goes on), at the reply's
+    ``stop_step``, with its best eval."""
     stop = answer["decision"] == "stop"
     best_step, best_score = answer.get("best_step"), answer.get("best_score")
     stop_step = answer.get("stop_step")

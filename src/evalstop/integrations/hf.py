@@ -43,7 +43,10 @@ with the callback added by ``callback.bind(trainer)`` (a ``kl_coef`` correction 
 model, optimizer and scheduler, applies the correction (``_rewind.py``) and training goes on;
 ``rewinds`` lists what each rewind did, and ``evalstop.json`` the decision log. A correction the
 trainer cannot take fails at train begin; a detection without a saved best checkpoint stops the
-run (with a warning) instead of rewinding.
+run (with a warning) instead of rewinding. In remote mode the policy is the job's on the service
+(registered with ``on_detect``): a ``rewind`` reply makes the callback do the same in-process
+rewind, to the checkpoint and with the correction the reply names, and report the next evals as
+the new attempt; a rewind it cannot do stops the run at the best checkpoint (with a warning).
 """
 
 from __future__ import annotations
@@ -83,6 +86,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess witho
     raise missing_extra("transformers", "EvalStopCallback") from exc
 
 from ._rewind import RewindRefused, check_checkpoint, check_correction, rewind_in_place  # needs torch
+from ._rewind_remote import rewind_remote
 
 #: The file, in ``args.output_dir``, that holds the verdict and the history.
 RECORD_NAME = "evalstop.json"
@@ -169,8 +173,8 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         self.record_name = record_name
         self.remote = RemoteJob(**remote) if isinstance(remote, dict) else remote
         if self.remote is not None and self.on_detect.rewinds:
-            raise ValueError("EvalStopCallback: on_detect='rewind' runs in local mode only (the remote "
-                             "service stops the job).")
+            raise ValueError("EvalStopCallback: in remote mode the on-detect policy is the job's on the "
+                             "service (register the job with on_detect='rewind'); do not pass on_detect.")
         if self.remote is not None and detector is not None:
             raise ValueError(
                 "EvalStopCallback: give a detector (local mode) or remote= (the service's rule), not both."
@@ -398,7 +402,34 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         if self.history.fired_now and not self._rewound(args, objects):
             control.should_save = True
             control.should_training_stop = True
+        if isinstance(self.history, RemoteHistory):
+            self._obey_rewind(args, control, objects)
         self._write_record(args, state)
+
+    def _obey_rewind(self, args: Any, control: Any, objects: dict[str, Any]) -> None:
+        """Remote mode: do the rewind the service's reply asked for, if any (``rewind_remote``)."""
+        assert isinstance(self.history, RemoteHistory)
+        order = self.history.take_rewind()
+        if order is None:
+            return
+        if order.resubmit:  # the service stops this run and starts the next attempt itself
+            warnings.warn(f"EvalStopCallback: the service resubmits this job from {order.checkpoint_uri} "
+                          f"with {order.correction}; this run stops.", stacklevel=2)
+            control.should_save = True
+            control.should_training_stop = True
+            return
+        try:
+            done = rewind_remote(order, args.output_dir, objects, self._trainer)
+        except RewindRefused as exc:
+            warnings.warn(f"{exc} Stopping at the best checkpoint instead.", stacklevel=2)
+            control.should_save = True
+            control.should_training_stop = True
+            return
+        self.history.rewound(order, resume_after=self.history.evals[-1].step)  # HF's step goes on
+        self.rewinds.append({**done, **order.to_json()})
+        warnings.warn(f"EvalStopCallback rewound the run at step {order.step} ({order.reason}) to "
+                      f"{done['checkpoint']}, correction {order.correction}, as the service asked: {done}.",
+                      stacklevel=2)
 
     def _rewound(self, args: Any, objects: dict[str, Any]) -> bool:
         """At a detection: rewind in place if the policy has a rewind left; whether it did."""

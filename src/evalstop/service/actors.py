@@ -9,7 +9,8 @@ from .errors import InvalidInput
 from .store import Conn
 from .store import trail as trail_store
 
-ACTIONS = ("stop_now", "never_stop", "resume", "retry_stop", "release", "shadow_on", "shadow_off")
+ACTIONS = ("stop_now", "never_stop", "resume", "retry_stop", "release", "shadow_on", "shadow_off",
+           "resubmit")
 MAX_REASON = 1000
 
 

@@ -21,11 +21,14 @@ from ..detectors import (
     DEFAULT_SPEC,
     CadencePolicy,
     Detector,
+    OnDetect,
     format_cadence,
     format_spec,
     parse_cadence,
     parse_spec,
 )
+from . import resubmit as resubmitting
+from . import rewind as rewinding
 from . import scopes as scoping
 from .actors import Actor, record
 from .adapters._base import JobRef
@@ -38,6 +41,7 @@ from .score import ScoreIn
 from .store import Conn, Store
 from .store import decision as decision_store
 from .store import job as job_store
+from .store import rewound as rewound_store
 from .store import score as score_store
 from .store import tenant as tenant_store
 
@@ -136,6 +140,12 @@ class JobSpec:
     shadow: bool = False
     cadence: str = DEFAULT_CADENCE
     eval_interval: int | None = None
+    #: the on-detect policy's fields; None: the tenant's default (``service/rewind.py``)
+    on_detect: str | None = None
+    max_rewinds: int | None = None
+    correction: str | None = None
+    #: how a rewind resubmits the job on its engine (``service/resubmit.py``); None: in place
+    resubmit: Mapping[str, Any] | None = None
 
 
 def resolve_detector(spec: str, mode: str) -> Detector:
@@ -171,6 +181,7 @@ def register_job(
     store: Store, tenant: str, spec: JobSpec, check_target: Callable[[str], None] = lambda _: None, *,
     webhook_url: str | None = None, default_limits: FairLimits | None = None,
     check_owner: Callable[[str, JobRef], None] | None = None,
+    max_rewinds: int = rewinding.MAX_REWINDS,
 ) -> dict[str, Any]:
     """Register a job for ``tenant``. ``check_target`` raises InvalidInput for an unknown target;
     the reference must lie in the tenant's scope (:mod:`.scopes`), and ``check_owner`` (the
@@ -178,17 +189,23 @@ def register_job(
     the tenant's, before any lock is taken; the reference must belong to no other live job of
     the same tenant (references are per tenant, so nothing here tells a tenant what others
     registered); the tenant's ``max_live_jobs`` quota must not be used up. ``webhook_url`` is the
-    webhook adapter's configured URL (checked against the scope when the job names none)."""
+    webhook adapter's configured URL (checked against the scope when the job names none). The
+    job's on-detect policy is its own fields over the tenant's default (``max_rewinds``: the
+    operator's limit)."""
     _check_name("target", spec.target)
     check_target(spec.target)
     detector = resolve_detector(spec.detector, spec.mode)
     cadence = resolve_cadence(spec.cadence, spec.eval_interval)
     external_ref = scoping.canonical_ref(spec.target, spec.external_ref)
     job_id = uuid.uuid4().hex
-    if check_owner is not None:
+    if check_owner is not None:  # the cheap checks first: nothing asks the backend for a bad request
         scope = tenant_store.policy(store, tenant)[0]
         scoping.check_registration(tenant, scoping.parse_scope(scope), spec.target, external_ref,
-                                   spec.target_options, webhook_url)  # the cheap check first
+                                   spec.target_options, webhook_url)
+        if spec.resubmit is not None:
+            with store.reading() as conn:
+                policy = _job_policy(conn, tenant, spec, max_rewinds)
+            resubmit_template(spec, policy, scoping.parse_scope(scope), tenant)
         ref = JobRef(job_id, tenant, external_ref, dict(spec.target_options), scope=scope or {})
         check_owner(spec.target, ref)
     row = {
@@ -198,7 +215,6 @@ def register_job(
         "grace_period_s": spec.grace_period_s, "gpus": spec.gpus,
         "expected_duration_s": spec.expected_duration_s, "shadow": spec.shadow, "override": None,
         "state": "running", "created_at": store.clock(), "stopped_at": None,
-        "monitor_state": new_monitor_state(detector, cadence, spec.eval_interval),
         "cadence": format_cadence(cadence), "eval_interval": spec.eval_interval,
     }
     with store.transaction() as conn:
@@ -206,6 +222,10 @@ def register_job(
         if owner is None:
             raise NotFound(f"Tenant {tenant!r} not found.")
         scope, quota = owner
+        policy = _job_policy(conn, tenant, spec, max_rewinds)
+        row.update(on_detect=policy.to_json(),
+                   monitor_state=new_monitor_state(detector, cadence, spec.eval_interval, policy),
+                   resubmit=resubmit_template(spec, policy, scoping.parse_scope(scope), tenant))
         scoping.check_registration(tenant, scoping.parse_scope(scope), spec.target, external_ref,
                                    spec.target_options, webhook_url)
         _check_live_quota(conn, tenant, effective(quota, default_limits or UNLIMITED))
@@ -295,6 +315,44 @@ def set_override(
             job_store.update(conn, job_id, override=override)
         record(conn, job_id, actor, override or "resume", reason, store.clock())
     return get_job(store, job_id, tenant)
+
+
+def _job_policy(conn: Conn, tenant: str, spec: JobSpec, max_rewinds: int) -> OnDetect:
+    """The job's on-detect policy: its own fields over its tenant's stored default."""
+    default = rewinding.parse_policy(rewound_store.tenant_default(conn, tenant), 2**31, "tenant on_detect")
+    return rewinding.resolve_policy(default, max_rewinds, on_detect=spec.on_detect,
+                                    max_rewinds=spec.max_rewinds, correction=spec.correction)
+
+
+def resubmit_template(
+    spec: JobSpec, policy: OnDetect, scope: scoping.TenantScope | None, tenant: str
+) -> dict[str, Any] | None:
+    """The job's resubmission template, checked against the tenant's scope (None: in place)."""
+    if spec.resubmit is None:
+        return None
+    if not policy.rewinds:
+        raise InvalidInput("resubmit: a resubmission template needs on_detect='rewind' with "
+                           "max_rewinds >= 1.")
+    return resubmitting.check_template(spec.target, spec.resubmit, scope, tenant)
+
+
+def set_tenant_on_detect(
+    store: Store, name: str, policy: Mapping[str, Any] | None, limit: int
+) -> dict[str, Any]:
+    """Set a tenant's default on-detect policy (None: stop); returns it as stored."""
+    parsed = rewinding.parse_policy(policy, limit)
+    stored = None if parsed is None else parsed.to_json()
+    tenant_store.update(store, name, on_detect=stored)
+    return {"tenant": name, "on_detect": stored}
+
+
+def tenant_on_detect(store: Store, name: str, caller: str | None) -> dict[str, Any]:
+    """A tenant's default on-detect policy: for an operator, or for the tenant itself."""
+    if caller is not None and caller != name:
+        raise NotFound(f"Tenant {name!r} not found.")
+    with store.reading() as conn:
+        stored = rewound_store.tenant_default(conn, name)
+    return {"tenant": name, "on_detect": stored}
 
 
 def _check_name(what: str, name: str) -> None:

@@ -22,6 +22,10 @@ Rules (documented in the README):
   decision is recorded and, unless the job or its tenant is in shadow mode, a stop is put in
   the outbox in the same transaction. A job is decided at most once (a unique constraint backs
   this).
+- A job under a rewind policy (:mod:`.rewind`): a detection with a rewind left records a
+  ``rewind`` decision, rewinds the monitor and answers ``decision: "rewind"`` with the
+  checkpoint and the correction; scores of an earlier attempt are dropped and answered with the
+  rewind again.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from functools import partial
 from typing import Any
 
 from ..detectors import Monitor
+from . import rewind as rewinding
 from .errors import Conflict, InvalidInput, PayloadTooLarge
 from .monitoring import load_monitor, observe_new
 from .score import ScoreIn
@@ -54,7 +59,9 @@ class IngestResult:
     job_id: str
     accepted: int
     duplicates: int
-    decision: str  # "stop" once a stop is decided and enforced, else "continue"
+    #: "stop" once a stop is decided and enforced; "rewind" when the job must go back to its
+    #: best checkpoint (decided now, or the scores were of an earlier attempt); else "continue"
+    decision: str
     state: str
     reason: str
     decided_now: bool
@@ -69,6 +76,10 @@ class IngestResult:
     rule_cpu_s: float = 0.0
     #: ``NextEval.to_dict()`` after these scores; None once a stop is enforced or the job no longer runs
     next_eval: dict[str, Any] | None = None
+    #: the job's attempt now (the rewinds it has had), and with ``decision == "rewind"`` the
+    #: rewind to do: number, step, to_step, checkpoint_uri, correction, reason (:mod:`.rewind`)
+    attempt: int = 0
+    rewind: dict[str, Any] | None = None
 
 
 def ingest_scores(
@@ -101,13 +112,15 @@ def _units(
     # transaction (fewer round trips).
     size = store.limits.ingest_chunk if store.committer is not None else max(len(scores_in), 1)
     chunks = [scores_in[i:i + size] for i in range(0, len(scores_in), size)]
-    return [partial(_ingest_unit, store, job_id, tenant, part, now) for part in chunks]
+    batch: dict[str, int] = {}  # the job's attempt when the batch's first unit ran (rewind.py)
+    return [partial(_ingest_unit, store, job_id, tenant, part, now, batch) for part in chunks]
 
 
 def _ingest_unit(
-    store: Store, job_id: str, tenant: str | None, part: Sequence[ScoreIn], now: float, conn: Conn
+    store: Store, job_id: str, tenant: str | None, part: Sequence[ScoreIn], now: float,
+    batch: dict[str, int], conn: Conn
 ) -> IngestResult:
-    return _ingest(store, conn, job_id, tenant, part, now)
+    return _ingest(store, conn, job_id, tenant, part, now, batch)
 
 
 def _merged(results: Sequence[IngestResult]) -> IngestResult:
@@ -117,14 +130,19 @@ def _merged(results: Sequence[IngestResult]) -> IngestResult:
     if len(results) == 1:
         return last
     deciding = next((r for r in results if r.decided_now), None)
-    return replace(
+    rewound = next((r for r in results if r.decision == "rewind"), None)
+    merged = replace(
         last, accepted=sum(r.accepted for r in results), duplicates=sum(r.duplicates for r in results),
         decided_now=deciding is not None, reason=last.reason if deciding is None else deciding.reason,
         rule_cpu_s=sum(r.rule_cpu_s for r in results))
+    if rewound is not None and last.decision != "stop":
+        merged = replace(merged, decision="rewind", rewind=rewound.rewind)
+    return merged
 
 
 def _ingest(
-    store: Store, conn: Conn, job_id: str, tenant: str | None, scores_in: Sequence[ScoreIn], now: float
+    store: Store, conn: Conn, job_id: str, tenant: str | None, scores_in: Sequence[ScoreIn], now: float,
+    batch: dict[str, int] | None = None,
 ) -> IngestResult:
     job = job_store.read_for_ingest(store, conn, job_id, tenant)
     # Load (or rebuild from the stored history) before inserting, so a rebuild never sees the
@@ -132,6 +150,8 @@ def _ingest(
     started = time.thread_time()
     monitor = load_monitor(conn, job, store.limits.max_history)
     rule_cpu_s = time.thread_time() - started
+    began = monitor.n_rewinds if batch is None else batch.setdefault("attempt", monitor.n_rewinds)
+    scores_in, stale = rewinding.split_stale(scores_in, monitor.n_rewinds, began)
     new, duplicates = score_store.new_scores(conn, job, scores_in)
     started = time.thread_time()
     changed = observe_new(monitor, new, job["metric"]) or job.get("monitor_state") is None
@@ -141,19 +161,26 @@ def _ingest(
     verdict = monitor.verdict
     decided_now, note, state = False, verdict.reason, job["state"]
     enforced, shadow_stop = bool(job["enforced"]), bool(job["shadow_stop"])
+    rewind: dict[str, Any] | None = None
     if verdict.stopped and new:
         decided_now, note, shadow = _maybe_decide(conn, job, monitor, now, job["detector_decided"])
-        if decided_now:
+        if decided_now and monitor.policy.on_detect == "rewind" and not shadow:  # rewound, or stopped instead
+            rewind = rewinding.rewind_now(conn, job, monitor, now) if monitor.action == "rewind" else None
+            score_store.write(store, conn, job_id, (), now, monitor.to_json())
+            verdict = monitor.verdict
+        if decided_now and rewind is None:
             enforced, shadow_stop = enforced or not shadow, shadow_stop or shadow
             state = state if shadow else "stopping"
-    return IngestResult(
-        job_id=job_id, accepted=len(new), duplicates=duplicates,
-        decision="stop" if enforced else "continue", state=state, reason=note,
+    result = IngestResult(
+        job_id=job_id, accepted=len(new), duplicates=duplicates + stale,
+        decision="rewind" if rewind else "stop" if enforced else "continue", state=state, reason=note,
         decided_now=decided_now, shadow_stop=shadow_stop, stop_step=verdict.stop_step,
         n_evals=monitor.n_evals + monitor.n_ignored, best_step=verdict.best_step,
         best_score=verdict.best_score, best_checkpoint_uri=monitor.best_checkpoint, rule_cpu_s=rule_cpu_s,
         next_eval=None if enforced or state != "running" else monitor.next_eval().to_dict(),
+        attempt=monitor.n_rewinds, rewind=rewind,
     )
+    return rewinding.stale_reply(conn, job, result, monitor, stale) if stale else result
 
 
 def decide_stop(
@@ -181,6 +208,19 @@ def _maybe_decide(
     if job["state"] != "running" or decided:
         return False, verdict.reason, False
     shadow = bool(job["shadow"] or job["tenant_shadow"])
+    if monitor.action == "rewind" and not shadow and not rewinding.can_rewind(conn, job, monitor):
+        monitor.stop_instead()
+    if monitor.action == "rewind":
+        if shadow:  # recorded as the job's one detector decision; the monitor is not rewound
+            decision_store.record_rewind(
+                conn, job["id"], now, enqueue=False, source="detector", shadow=True, enforced=False,
+                reason=verdict.reason[:1000], detector=job["detector"], step=verdict.stop_step,
+                n_evals=monitor.n_evals + monitor.n_ignored, best_step=verdict.best_step,
+                best_score=verdict.best_score, best_checkpoint_uri=monitor.best_checkpoint,
+                correction=monitor.policy.correction)
+            return True, rewinding.shadow_note(monitor), True
+        note = f"{verdict.reason}; rewound to step {verdict.best_step} ({monitor.policy.correction})"
+        return True, note, False
     decide_stop(conn, job, "detector", monitor, now, shadow=shadow, reason=verdict.reason,
                 step=verdict.stop_step)
     return True, verdict.reason + (" (shadow mode: recorded, not enforced)" if shadow else ""), shadow

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
-from ..detectors import CadencePolicy, Detector, Monitor, parse_spec
+from ..detectors import CadencePolicy, Detector, Monitor, OnDetect, parse_spec
 from .score import ScoreIn
 from .store import Conn
 from .store import score as score_store
@@ -26,11 +26,13 @@ def detector_for(spec: str) -> Detector:
 
 
 def new_monitor_state(
-    detector: Detector, cadence: CadencePolicy | None = None, eval_interval: int | None = None
+    detector: Detector, cadence: CadencePolicy | None = None, eval_interval: int | None = None,
+    policy: OnDetect | None = None,
 ) -> dict[str, Any]:
     """The ``monitor_state`` of a job registered with ``detector``, its eval ``cadence`` (default
-    every:1) and ``eval_interval`` (steps between eval opportunities, if known)."""
-    return Monitor(detector, cadence, eval_interval).to_json()
+    every:1), ``eval_interval`` (steps between eval opportunities, if known) and on-detect
+    ``policy`` (default: stop)."""
+    return Monitor(detector, cadence, eval_interval, policy=policy).to_json()
 
 
 def load_monitor(conn: Conn, job: Mapping[Any, Any], max_history: int) -> Monitor:

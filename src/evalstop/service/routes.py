@@ -22,6 +22,8 @@ from .schemas import (
     IngestOut,
     JobIn,
     JobOut,
+    OnDetectIn,
+    OnDetectOut,
     OverrideIn,
     QuotaIn,
     RetryIn,
@@ -125,6 +127,19 @@ def set_tenant_quota(name: str, body: QuotaIn, ctx: Ctx, who: Caller) -> dict[st
     return domain.set_tenant_policy(ctx.store, name, quota=quota)
 
 
+@router.put("/tenants/{name}/on_detect", response_model=OnDetectOut, tags=["operators"])
+def set_tenant_on_detect(name: str, body: OnDetectIn, ctx: Ctx, who: Caller) -> dict[str, Any]:
+    """Set the tenant's default on-detect policy (null: stop), for jobs that name none."""
+    domain.require_admin(who.tenant, "change a tenant's default on-detect policy")
+    return domain.set_tenant_on_detect(ctx.store, name, body.on_detect, ctx.settings.max_rewinds)
+
+
+@router.get("/tenants/{name}/on_detect", response_model=OnDetectOut, tags=["tenants"])
+def get_tenant_on_detect(name: str, ctx: Ctx, who: Caller) -> dict[str, Any]:
+    """The tenant's default on-detect policy (an operator, or the tenant itself)."""
+    return domain.tenant_on_detect(ctx.store, name, who.tenant)
+
+
 @router.get("/tenants", response_model=list[TenantOut], tags=["operators"])
 def list_tenants(ctx: Ctx, who: Caller) -> list[dict[str, Any]]:
     domain.require_admin(who.tenant, "list tenants")
@@ -176,7 +191,8 @@ def register_job(body: JobIn, ctx: Ctx, who: Caller) -> dict[str, Any]:
     webhook_url = ctx.settings.adapter_settings.get("webhook", {}).get("url")
     return domain.register_job(ctx.store, owner, spec, ctx.adapters.check, webhook_url=webhook_url,
                                default_limits=ctx.policies.defaults,
-                               check_owner=ctx.adapters.check_registration)
+                               check_owner=ctx.adapters.check_registration,
+                               max_rewinds=ctx.settings.max_rewinds)
 
 
 @router.get("/jobs", response_model=list[JobOut], tags=["jobs"])

@@ -86,6 +86,27 @@ class JobIn(Body):
     eval_interval: StrictInt | None = Field(default=None, ge=1, le=2**53,
                                             description="Training steps between eval opportunities; "
                                                         "given, the hint names a step too.")
+    on_detect: Literal["stop", "rewind"] | None = Field(
+        default=None, description="At a detection: stop, or rewind to the best checkpoint (docs/rewind.md). "
+        "None: the tenant's default.")
+    max_rewinds: StrictInt | None = Field(default=None, ge=0, description="Rewinds before a detection "
+                                          "stops the job (default 1; at most the service's max_rewinds).")
+    correction: str | None = Field(default=None, max_length=500,
+                                   description="A rewind's correction spec, e.g. 'kl_coef*=2,lr*=0.5'.")
+    resubmit: dict[str, Any] | None = Field(
+        default=None, description="Ray/Slurm: how a rewind resubmits the job (docs/rewind.md).")
+
+
+class OnDetectIn(Body):
+    """A tenant's default on-detect policy (``OnDetect``: on_detect, max_rewinds, correction);
+    null: stop."""
+
+    on_detect: dict[str, Any] | None
+
+
+class OnDetectOut(BaseModel):
+    tenant: str
+    on_detect: dict[str, Any] | None
 
 
 class Delivery(BaseModel):
@@ -117,6 +138,8 @@ class JobOut(BaseModel):
     stopped_at: float | None
     n_evals: int = 0
     last_step: int | None = None
+    on_detect: dict[str, Any] | None = None
+    resubmit: dict[str, Any] | None = None
     deliveries: list[Delivery] = Field(default_factory=list)
 
 
@@ -157,11 +180,25 @@ class NextEvalOut(BaseModel):
     done: bool = Field(description="The rule has fired: no further eval is needed.")
 
 
+class RewindOut(BaseModel):
+    number: int
+    attempt: int = Field(description="The attempt that starts with this rewind (send it with its scores).")
+    step: int | None = Field(description="The step whose eval fired the rule.")
+    to_step: int | None = Field(description="The best eval's step: continue from there.")
+    checkpoint_uri: str | None = Field(description="The best eval's checkpoint.")
+    correction: str
+    reason: str
+    resubmit: bool = Field(description="The service stops this job and resubmits it from the checkpoint "
+                           "(Ray, Slurm): the client stops instead of rewinding in place.")
+
+
 class IngestOut(BaseModel):
     job_id: str
     accepted: int = Field(description="Scores newly stored.")
     duplicates: int = Field(description="Scores already stored with the same value (no-ops).")
-    decision: Literal["continue", "stop"]
+    decision: Literal["continue", "stop", "rewind"] = Field(
+        description="rewind: go back to rewind.checkpoint_uri, apply rewind.correction, continue "
+        "(docs/rewind.md).")
     state: str
     reason: str
     decided_now: bool
@@ -174,6 +211,8 @@ class IngestOut(BaseModel):
     next_eval: NextEvalOut | None = Field(
         default=None, description="When the next eval is worth running (the job's cadence and its rule's "
         "evidence); null once a stop is decided and enforced, or the job no longer runs.")
+    attempt: int = Field(default=0, description="The job's attempt now: the rewinds it has had.")
+    rewind: RewindOut | None = Field(default=None, description="With decision 'rewind': what to do.")
 
 
 class DecisionOut(BaseModel):
@@ -191,6 +230,8 @@ class DecisionOut(BaseModel):
     best_score: float | None
     best_checkpoint_uri: str | None
     created_at: float
+    correction: str | None = None
+    new_ref: str | None = None
 
 
 # -- token rotation and revocation (service/tokens.py) ------------------------------------------

@@ -36,6 +36,9 @@ class ScoreIn(BaseModel):
     score_stderr: Annotated[StrictNumber, Field(ge=0)] | None = Field(
         default=None, description="The value's standard error (e.g. the sd of per-prompt scores over "
         "sqrt(n)); rules that measure noise use it for this eval. 0 or absent: the rule's own estimate.")
+    attempt: Annotated[StrictInt, Field(ge=0, le=1_000_000)] | None = Field(
+        default=None, description="The job's attempt (rewinds before it) this eval belongs to; "
+        "None: the current one (docs/rewind.md).")
 
     def to_eval(self) -> Eval:
         """The eval a detector observes."""

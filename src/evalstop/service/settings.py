@@ -48,6 +48,8 @@ class ServiceSettings(BaseSettings):
     #: Rule work charged to the tenant: a score's token covers this many ms of its rule's CPU;
     #: each further such slice costs one more token, taken after the request (docs/service.md).
     rule_ms_per_score: float = Field(default=1.0, gt=0)
+    #: The most rewinds a job (or a tenant's default) may ask for (docs/rewind.md).
+    max_rewinds: int = Field(default=3, ge=0)
     run_worker: bool = True
     worker_poll_s: float = Field(default=0.1, gt=0, le=60)
     worker_lease_s: float = Field(default=30.0, gt=0)

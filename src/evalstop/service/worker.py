@@ -29,6 +29,7 @@ from typing import Any
 from .adapters._base import AdapterError, EnforcementAdapter, JobRef
 from .background import DaemonLoop
 from .metrics import ServiceMetrics
+from .rewind_delivery import record_new_ref, rewind_of, stop_decided, submit
 from .store import Conn, Store
 from .store import delivery as delivery_store
 from .store import job as job_store
@@ -188,7 +189,7 @@ class Worker(DaemonLoop):
             adapter = self.adapters.get(job["target"])
             while phase not in TERMINAL:
                 previous = phase
-                phase, wait_until = self._step(lease, phase, adapter, ref, job, uri)
+                phase, wait_until = self._step(lease, phase, adapter, ref, row, job, uri)
                 self._save(lease, phase, wait_until, entered=phase != previous)
                 if wait_until is not None:
                     return
@@ -199,8 +200,8 @@ class Worker(DaemonLoop):
             self._failed_attempt(lease, job, AdapterError(f"unexpected {exc!r}", retryable=True))
 
     def _step(
-        self, lease: Lease, phase: str, adapter: EnforcementAdapter, ref: JobRef, job: RowMapping,
-        uri: str | None,
+        self, lease: Lease, phase: str, adapter: EnforcementAdapter, ref: JobRef, row: RowMapping,
+        job: RowMapping, uri: str | None,
     ) -> tuple[str, float | None]:
         """Run one phase; return the next phase and, if it must wait, until when."""
         now = self.store.clock()
@@ -224,11 +225,24 @@ class Worker(DaemonLoop):
             adapter.hard_stop(ref)
             return "reconcile", None
         if phase == "reconcile":
+            if adapter.is_stopped(ref) and rewind_of(self.store, row["decision_id"]) is not None:
+                return "resubmit", None  # a rewind on an engine that resubmits (rewind_delivery.py)
             if adapter.is_stopped(ref):
                 self._delivered(lease, job, now)
                 return "done", None
             raise AdapterError(f"job {ref.external_ref!r} still holds its resources after hard_stop",
                                retryable=True)
+        if phase == "resubmit":
+            rewind = rewind_of(self.store, row["decision_id"])
+            assert rewind is not None
+            if stop_decided(self.store, job["id"]):  # a stop meanwhile (stop_now): no next attempt
+                self._set(lease, None, delivered_at=now)
+                return "done", None
+            new_ref = submit(adapter, ref, job, uri, rewind)
+            with self.store.transaction() as conn:
+                self._set(lease, None, conn, delivered_at=now)
+                record_new_ref(conn, job, row["decision_id"], ref.external_ref, new_ref, rewind[0], now)
+            return "done", None
         raise RuntimeError(f"outbox row {lease.row_id} has unknown phase {phase!r}")
 
     # -- persistence --------------------------------------------------------------------------

@@ -89,5 +89,13 @@ class EnforcementAdapter(ABC):
         job the backend does not know (yet) is refused, so nobody registers another's next job.
         Messages name the tenant's scope, never what the backend says about another's job."""
 
+    def resubmit(self, job: JobRef, template: Mapping[str, Any], text: str, number: int) -> str:
+        """Submit the job's next attempt (rewind ``number``): ``text`` is the rendered entrypoint
+        or script, ``template`` the job's stored template (``service/resubmit.py``). Return the
+        new job's reference, inside ``job.scope``. Idempotent (a repeat finds the job submitted
+        before). Engines that cannot resubmit refuse for good."""
+        raise AdapterError(f"the {self.name or type(self).__name__} adapter cannot resubmit a job",
+                           retryable=False)
+
     def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Release what the adapter holds (HTTP connection pools); call at shutdown."""

@@ -32,6 +32,7 @@ from evalstop.service.adapters._common import (
     setting_str,
     write_pin_marker,
 )
+from evalstop.service.resubmit import ray_id_allowed, ray_submission_id
 from evalstop.service.scopes import ray_id_within
 
 log = logging.getLogger("evalstop.service.adapters.ray")
@@ -124,6 +125,27 @@ class RayJobsAdapter(EnforcementAdapter):
     def is_stopped(self, job: JobRef) -> bool:
         status = self.status(job)
         return status is None or status in TERMINAL
+
+    def resubmit(self, job: JobRef, template: Mapping[str, Any], text: str, number: int) -> str:
+        """Submit ``text`` as the entrypoint of a new Ray job ``<ref>-r<N>`` (inside the tenant's
+        prefixes), with the metadata its scope requires; a job of that id already there is the
+        one submitted before. Then the new job is checked like any other (``check_owner``)."""
+        new = JobRef(job.job_id, job.tenant, ray_submission_id(job.external_ref, number), job.options,
+                     scope=job.scope)
+        if not ray_id_allowed(job.scope, new.external_ref):
+            raise NotOwned(f"job {job.job_id}: resubmission id {new.external_ref!r} is outside tenant "
+                           f"{job.tenant!r}'s Ray prefixes")
+        if self.info(new) is None:
+            section = scope_section(job, self.name) or {}
+            metadata = {"evalstop_job": job.job_id, "evalstop_attempt": str(number),
+                        **dict(section.get("metadata") or {})}
+            body = {"entrypoint": text, "submission_id": new.external_ref, "metadata": metadata}
+            what = f"ray resubmit of job {job.job_id} ({new.external_ref})"
+            resp = send(self._client, "POST", "/api/jobs/", what=what, json=body)
+            if not 200 <= resp.status_code < 300 and self.info(new) is None:  # a lost reply: it is there
+                fail_for_status(resp, what)
+        self.check_owner(new)
+        return new.external_ref
 
     def close(self) -> None:
         self._client.close()

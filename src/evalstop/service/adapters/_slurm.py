@@ -27,6 +27,7 @@ from evalstop.service.adapters._base import (
     unknown_job,
 )
 from evalstop.service.adapters._common import setting_float, write_pin_marker
+from evalstop.service.resubmit import slurm_job_name
 
 log = logging.getLogger("evalstop.service.adapters.slurm")
 TERMINAL = frozenset({"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL",
@@ -124,15 +125,16 @@ class SlurmAdapter(EnforcementAdapter):
     def __repr__(self) -> str:
         return f"SlurmAdapter(slurm_conf={self._env.get('SLURM_CONF')!r})"
 
-    def run(self, argv: Sequence[str]) -> Result:
-        """Run one Slurm command; a missing binary is permanent, a timeout retryable."""
+    def run(self, argv: Sequence[str], stdin: str | None = None) -> Result:
+        """Run one Slurm command (``stdin``: its input); a missing binary is permanent, a timeout
+        retryable."""
         exe = shutil.which(argv[0], path=self.bin_dir) if self.bin_dir else shutil.which(argv[0])
         if exe is None:
             raise AdapterError(f"slurm: command {argv[0]!r} not found (bin_dir={self.bin_dir!r})",
                                retryable=False)
         try:
             proc = subprocess.run([exe, *argv[1:]], capture_output=True, text=True, env=self._env,
-                                  timeout=self.timeout_s, check=False)
+                                  timeout=self.timeout_s, check=False, input=stdin)
         except subprocess.TimeoutExpired as exc:
             message = f"slurm: {argv[0]} timed out after {self.timeout_s} s"
             raise AdapterError(message, retryable=True) from exc
@@ -179,3 +181,42 @@ class SlurmAdapter(EnforcementAdapter):
 
     def is_stopped(self, job: JobRef) -> bool:
         return all(state in TERMINAL for state in self.states(job))
+
+    def resubmit(self, job: JobRef, template: Mapping[str, Any], text: str, number: int) -> str:
+        """``sbatch`` the rendered ``text`` (on stdin: no file, no shell) as job
+        ``evalstop-<job id>-r<N>`` with the template's account and partition, each re-checked
+        against the tenant's scope; a job of that name already known is the one submitted
+        before. A new job the scope does not allow (its user, say) is cancelled, and refused."""
+        scope = scope_section(job, self.name)
+        options = []
+        for key, listed in (("account", "accounts"), ("partition", "partitions")):
+            value = template.get(key)
+            allowed = list((scope or {}).get(listed) or ())
+            if allowed and value not in allowed:
+                raise NotOwned(f"job {job.job_id}: resubmission {key} {value!r} is outside tenant "
+                               f"{job.tenant!r}'s scope ({listed} {allowed})")
+            if value:
+                options.append(f"--{key}={value}")
+        name = slurm_job_name(job.job_id, number)
+        new_id = self._named(job, name)
+        if new_id is None:
+            result = self.run(["sbatch", "--parsable", f"--job-name={name}", *options], stdin=text)
+            classify(f"slurm resubmit of job {job.job_id}", result)
+            new_id = result.stdout.strip().split(";", 1)[0]
+        new = JobRef(job.job_id, job.tenant, new_id, job.options, scope=job.scope)
+        self._job_id(new)  # a job id, or a permanent error
+        try:
+            self.check_owner(new)
+        except NotOwned:
+            self.run(["scancel", new_id])
+            raise
+        return new_id
+
+    def _named(self, job: JobRef, name: str) -> str | None:
+        """The id of the live (not finished) job called ``name``, if any: one cancelled because
+        its owner check failed does not count."""
+        result = self.run(["squeue", "--noheader", "--states=all", f"--name={name}", "--format=%i %T"])
+        classify(f"slurm resubmit lookup for job {job.job_id}", result)
+        live = [line.split()[0] for line in result.stdout.splitlines()
+                if len(line.split()) == 2 and line.split()[1] not in TERMINAL]
+        return live[0] if live else None

@@ -1,5 +1,6 @@
 """The decisions aggregate: write a stop decision and, when it is enforced, enqueue its stop
-(outbox row, job ``stopping``) in the same transaction; read a job's decisions."""
+(outbox row, job ``stopping``) in the same transaction; write a rewind decision (and, for a job
+that is resubmitted, its outbox row); read a job's decisions."""
 
 from __future__ import annotations
 
@@ -23,6 +24,23 @@ def record_stop(conn: Connection, job_id: str, now: float, *, enqueue: bool, **f
                                             attempts=0, next_attempt_at=now, created_at=now))
         conn.execute(jobs.update().where(jobs.c.id == job_id).values(state="stopping"))
     return int(decision_id)
+
+
+def record_rewind(conn: Connection, job_id: str, now: float, *, enqueue: bool, **fields: Any) -> int:
+    """Insert a rewind decision (``fields``: the ``decisions`` columns besides id, job, time;
+    ``source`` is ``rewind-N``) and, if ``enqueue`` (the job is resubmitted on its engine), its
+    outbox row; the job stays ``running`` (its next attempt reports to it). Returns its id."""
+    decision_id = conn.execute(decisions.insert().values(
+        job_id=job_id, decision="rewind", created_at=now, **fields)).inserted_primary_key[0]  # type: ignore[index]
+    if enqueue:
+        conn.execute(outbox.insert().values(decision_id=decision_id, job_id=job_id, phase="pin",
+                                            attempts=0, next_attempt_at=now, created_at=now))
+    return int(decision_id)
+
+
+def set_new_ref(conn: Connection, decision_id: int, new_ref: str) -> None:
+    """Record the reference a resubmission got (the audit of where the next attempt runs)."""
+    conn.execute(decisions.update().where(decisions.c.id == decision_id).values(new_ref=new_ref))
 
 
 def list_for(store: Store, job_id: str, tenant: str | None) -> list[dict[str, Any]]:

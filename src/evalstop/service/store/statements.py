@@ -29,7 +29,7 @@ def job_state(job_id: Any, metric: Any) -> list[sa.ColumnElement[Any]]:
 
     latest = sa.select(sa.func.max(scores.c.step)).where(scores.c.job_id == job_id, scores.c.metric == metric)
     return [latest.scalar_subquery().label("latest"),
-            decided(decisions.c.enforced.is_(True)).label("enforced"),
+            decided(decisions.c.enforced.is_(True), decisions.c.decision == "stop").label("enforced"),
             decided(decisions.c.shadow.is_(True)).label("shadow_stop"),
             decided(decisions.c.source == "detector").label("detector_decided")]
 

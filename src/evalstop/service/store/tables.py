@@ -23,6 +23,8 @@ tenants = sa.Table(
     sa.Column("previous_token_hash", sa.String(64), nullable=True, index=True),
     sa.Column("previous_valid_until", sa.Float, nullable=True),
     sa.Column("token_revoked_at", sa.Float, nullable=True),
+    #: the default on-detect policy of the tenant's jobs (``OnDetect.to_json()``); NULL = stop
+    sa.Column("on_detect", sa.JSON(none_as_null=True), nullable=True),
 )
 
 #: Each tenant's token bucket where replicas share it (PostgreSQL; ``fairness.SharedTokenBuckets``):
@@ -65,6 +67,11 @@ jobs = sa.Table(
     #: opportunities only).
     sa.Column("cadence", sa.String(200), nullable=False, server_default="every:n=1"),
     sa.Column("eval_interval", sa.BigInteger, nullable=True),
+    #: the job's on-detect policy as registered (its tenant's default when it named none); the
+    #: monitor carries it too. NULL: stop (registered before policies existed)
+    sa.Column("on_detect", sa.JSON(none_as_null=True), nullable=True),
+    #: how a rewind resubmits the job on its engine (``service/rewind.py``); NULL: in place
+    sa.Column("resubmit", sa.JSON(none_as_null=True), nullable=True),
     # an external reference belongs to one live job of a tenant (stopped jobs release it); per
     # tenant, so a tenant can neither squat another's reference nor learn that it is in use
     sa.Index("uq_jobs_live_ref", "tenant", "target", "external_ref", unique=True,
@@ -86,6 +93,8 @@ scores = sa.Table(
     sa.Column("received_at", sa.Float, nullable=False),
     #: the value's standard error as the client reported it (NULL: not given)
     sa.Column("score_stderr", sa.Float, nullable=True),
+    #: the attempt (rewinds before it) the client said the score belongs to; NULL: not said
+    sa.Column("attempt", sa.Integer, nullable=True),
     sa.UniqueConstraint("job_id", "metric", "step", name="uq_scores_job_metric_step"),
 )
 
@@ -107,6 +116,9 @@ decisions = sa.Table(
     sa.Column("best_score", sa.Float, nullable=True),
     sa.Column("best_checkpoint_uri", sa.String(2000), nullable=True),
     sa.Column("created_at", sa.Float, nullable=False),
+    #: a rewind decision's correction, and the job's new reference when it was resubmitted
+    sa.Column("correction", sa.String(500), nullable=True),
+    sa.Column("new_ref", sa.String(500), nullable=True),
     sa.UniqueConstraint("job_id", "source", name="uq_decisions_job_source"),
 )
 
@@ -203,4 +215,21 @@ service_secrets = sa.Table(
     sa.Column("name", sa.String(64), primary_key=True),
     sa.Column("value", sa.String(128), nullable=False),
     sa.Column("created_at", sa.Float, nullable=False),
+)
+
+#: The scores of an attempt a rewind discarded (the steps after the best eval), moved out of
+#: ``scores`` so that the next attempt may send the same steps again (``service/rewind.py``).
+rewound_scores = sa.Table(
+    "rewound_scores",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("job_id", sa.String(32), sa.ForeignKey("jobs.id"), nullable=False, index=True),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("metric", sa.String(200), nullable=False),
+    sa.Column("step", sa.BigInteger, nullable=False),
+    sa.Column("value", sa.Float, nullable=False),
+    sa.Column("checkpoint_uri", sa.String(2000), nullable=True),
+    sa.Column("score_stderr", sa.Float, nullable=True),
+    sa.Column("received_at", sa.Float, nullable=False),
+    sa.Column("rewound_at", sa.Float, nullable=False),
 )

@@ -1,0 +1,123 @@
+"""A rewind on an engine that cannot rewind in place: stop the job, then resubmit it from its
+best checkpoint with the correction (Ray Jobs, Slurm; docs/rewind.md, "Resubmission").
+
+**The template** is fixed at registration (``JobIn.resubmit``) and checked then:
+
+- Ray: ``{"entrypoint": "python train.py --resume {checkpoint} --correction {correction}"}``;
+- Slurm: ``{"script": "#!/bin/bash\\n...{checkpoint}...", "account": "a", "partition": "p"}``
+  (account and partition default to the first the tenant's scope lists).
+
+The only placeholders are ``{checkpoint}`` (the best eval's checkpoint URI) and
+``{correction}`` (the rewind's correction spec); ``{{``/``}}`` are literal braces. Each value is
+substituted shell-quoted (``shlex.quote``), and a value with a control character is refused, so
+nothing the tenant posts reaches a shell unquoted. The rest of the template is the tenant's own
+command, as it was when the tenant submitted the job itself.
+
+**Delivery** is an outbox row of the rewind decision: ``pin -> signal -> grace -> hard_stop ->
+reconcile`` stops the running attempt exactly as a stop does, then ``resubmit`` submits the next
+attempt through the adapter, checked against the tenant's scope before (the Ray submission id's
+prefix; the Slurm account and partition) and after (the adapter's ``check_owner`` on the new
+job; a new job outside the scope is cancelled and the delivery fails). Resubmission is
+idempotent: the new job has a name derived from the job and the rewind number (Ray: the
+submission id ``<ref>-r<N>``; Slurm: the job name ``evalstop-<job id>-r<N>``), looked up before
+submitting again. **The same job row** then carries the new reference (``external_ref``), the
+decision records it (``new_ref``) and the audit trail gets a ``resubmit`` row: one job, one
+curve, one monitor, across its attempts.
+"""
+
+from __future__ import annotations
+
+import shlex
+import string
+from collections.abc import Mapping
+from typing import Any
+
+from .errors import InvalidInput
+from .scopes import TenantScope, ray_id_within
+
+PLACEHOLDERS = ("checkpoint", "correction")
+MAX_TEMPLATE = 20_000
+FIELDS = {"ray": {"entrypoint"}, "slurm": {"script", "account", "partition"}}
+
+
+def check_template(
+    target: str, template: Mapping[str, Any], scope: TenantScope | None, tenant: str
+) -> dict[str, Any]:
+    """The template as stored; InvalidInput naming the field and value unless ``target`` can
+    resubmit and every field is allowed by the tenant's scope."""
+    if target not in FIELDS:
+        raise InvalidInput(f"resubmit: target {target!r} cannot resubmit a job; only {sorted(FIELDS)} can "
+                           f"(other targets rewind in place or stop).")
+    unknown = sorted(set(template) - FIELDS[target])
+    if unknown:
+        raise InvalidInput(f"resubmit: unknown field(s) {unknown} for target {target!r}; valid: "
+                           f"{sorted(FIELDS[target])}.")
+    text_field = "entrypoint" if target == "ray" else "script"
+    text = template.get(text_field)
+    if not isinstance(text, str) or not text.strip() or len(text) > MAX_TEMPLATE:
+        raise InvalidInput(f"resubmit.{text_field}: a non-empty string of at most {MAX_TEMPLATE} characters "
+                           f"is required. Got {text!r}.")
+    _check_placeholders(f"resubmit.{text_field}", text)
+    stored: dict[str, Any] = {text_field: text}
+    if target == "slurm":
+        section = scope.slurm if scope is not None else None
+        for key, allowed in (("account", section.accounts if section else []),
+                             ("partition", section.partitions if section else [])):
+            value = template.get(key, allowed[0] if allowed else None)
+            bad = not isinstance(value, str) or not value or value.startswith("-") or \
+                any(c.isspace() for c in value)
+            if value is not None and bad:
+                raise InvalidInput(f"resubmit.{key}: a Slurm {key} name. Got {value!r}.")
+            if allowed and value not in allowed:
+                raise InvalidInput(f"resubmit.{key}: {value!r} is outside tenant {tenant!r}'s scope "
+                                   f"({key}s {list(allowed)}).")
+            if value is not None:
+                stored[key] = value
+    return stored
+
+
+def _check_placeholders(where: str, text: str) -> None:
+    try:
+        parts = list(string.Formatter().parse(text))
+    except ValueError as exc:
+        raise InvalidInput(f"{where}: {exc} (write a literal brace as '{{{{' or '}}}}').") from None
+    for _, name, spec, conversion in parts:
+        if name is None:
+            continue
+        if name not in PLACEHOLDERS or spec or conversion:
+            shown = "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+            raise InvalidInput(f"{where}: unknown placeholder {shown!r}; the placeholders are "
+                               f"{{checkpoint}} and {{correction}} (literal braces: '{{{{', '}}}}').")
+
+
+def render(text: str, checkpoint: str | None, correction: str) -> str:
+    """``text`` with each placeholder replaced by its value, shell-quoted. ValueError for a
+    value with a control character (or a missing checkpoint the text needs)."""
+    values = {"checkpoint": checkpoint, "correction": correction}
+    for name, value in values.items():
+        if value is not None and any(ord(c) < 32 or ord(c) == 127 for c in value):
+            raise ValueError(f"the {name} {value!r} holds a control character; it is not resubmitted")
+    needed = {name for _, name, _, _ in string.Formatter().parse(text) if name}
+    if "checkpoint" in needed and checkpoint is None:
+        raise ValueError("the rewind has no checkpoint URI (the client posted none with the best eval)")
+    return text.format(**{k: shlex.quote(v) for k, v in values.items() if v is not None})
+
+
+def ray_submission_id(current_ref: str, number: int) -> str:
+    """The next attempt's submission id: the current one with ``-r<N>`` (inside the same prefix)."""
+    return f"{current_ref}-r{number}"
+
+
+def ray_id_allowed(scope: Mapping[str, Any] | None, submission_id: str) -> bool:
+    """The submission id lies in the tenant's Ray prefixes (or the scope names none)."""
+    if scope is None:
+        return True
+    section = scope.get("ray")
+    if not isinstance(section, Mapping):
+        return False
+    prefixes = list(section.get("job_id_prefixes") or ())
+    return not prefixes or any(ray_id_within(submission_id, p) for p in prefixes)
+
+
+def slurm_job_name(job_id: str, number: int) -> str:
+    return f"evalstop-{job_id}-r{number}"

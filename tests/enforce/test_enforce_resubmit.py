@@ -1,0 +1,288 @@
+"""Issue 23 (item 3): a rewind on Ray Jobs and Slurm is a stop plus a resubmission, through the
+service core (ingest, outbox, worker) against the real local engines."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("fastapi", reason="needs the service extra: pip install -e '.[service]'")
+
+import sqlalchemy as sa
+from slurm_cluster import SlurmCluster, missing, start_cluster
+
+from evalstop.service import controls, domain
+from evalstop.service.adapters import JobRef, NotOwned
+from evalstop.service.context import ServiceContext
+from evalstop.service.ingest import ScoreIn, ingest_scores
+from evalstop.service.settings import ServiceSettings
+from evalstop.service.store.tables import audit
+
+pytestmark = pytest.mark.slow
+HANG_S = 600.0
+#: a checkpoint URI a tenant could post: quotes, $(...), backticks, ';' and a space
+NASTY = "/ckpt/it's $(touch {out}/pwned) `touch {out}/pwned2`; #/checkpoint-2"
+
+TRAINER = """
+import json, signal, sys, time, pathlib
+out = pathlib.Path(sys.argv[1])
+args = sys.argv[2:]
+def on_term(*_):
+    (out / ("term-new" if args else "term-old")).write_text("bye")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+(out / ("args.json" if args else "ready")).write_text(json.dumps(args))
+time.sleep(600)
+"""
+
+
+def _wait(predicate: Callable[[], bool], what: str, timeout_s: float = HANG_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def _rewind(ctx: ServiceContext, job_id: str, checkpoint: str) -> dict[str, Any]:
+    """Four evals: k=2 fires at step 4; the best is step 2 (its checkpoint ``checkpoint``)."""
+    items = [ScoreIn(step=1, value=0.5), ScoreIn(step=2, value=0.7, checkpoint_uri=checkpoint),
+             ScoreIn(step=3, value=0.6), ScoreIn(step=4, value=0.5)]
+    result = ingest_scores(ctx.store, job_id, "acme", items)
+    assert result.decision == "rewind" and result.rewind is not None and result.rewind["resubmit"]
+    return result.rewind
+
+
+def _deliver(ctx: ServiceContext, job_id: str, old_ref: str) -> dict[str, Any]:
+    def moved() -> bool:
+        ctx.worker.run_once()
+        job = domain.get_job(ctx.store, job_id, "acme")
+        assert job["state"] != "stop_failed", job["deliveries"]
+        return bool(job["external_ref"] != old_ref)
+
+    _wait(moved, "the resubmission")
+    return domain.get_job(ctx.store, job_id, "acme")
+
+
+def _audit(ctx: ServiceContext, job_id: str) -> list[tuple[str, str]]:
+    with ctx.store.reading() as conn:
+        rows = conn.execute(sa.select(audit.c.action, audit.c.reason).where(audit.c.job_id == job_id)).all()
+    return [(r.action, r.reason) for r in rows]
+
+
+# -- Ray ------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def ray_head() -> Iterator[Any]:
+    pytest.importorskip("ray", reason="needs the ray extra: pip install -e '.[ray]'")
+    from evalstop.testbed.cluster import stop
+    from evalstop.testbed.ray_head import start_ray
+
+    root = Path(tempfile.mkdtemp(prefix="evs-ray-"))
+    head = start_ray(root, 2)
+    try:
+        yield head
+    finally:
+        stop(head)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def ray_client(ray_head: Any) -> Any:
+    from ray.job_submission import JobSubmissionClient
+
+    saved = {k: os.environ.pop(k) for k in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS") if k in os.environ}
+    try:
+        return JobSubmissionClient(ray_head.info["address"],
+                                   headers={"Authorization": f"Bearer {ray_head.info['token']}"})
+    finally:
+        os.environ.update(saved)
+
+
+def test_ray_rewind_stops_the_job_and_submits_the_next_attempt(
+    ray_head: Any, ray_client: Any, tmp_path: Path
+) -> None:
+    script = tmp_path / "trainer.py"
+    script.write_text(TRAINER)
+    ray_client.submit_job(entrypoint=f"{sys.executable} {script} {tmp_path}", submission_id="acme-train",
+                          metadata={"team": "a"})
+    _wait(lambda: (tmp_path / "ready").exists(), "the first attempt to start")
+    settings = ServiceSettings(database_url=f"sqlite:///{tmp_path / 'e.db'}", run_worker=False,
+                               adapter_settings={"ray": {"address": ray_head.info["address"],
+                                                         "token": ray_head.info["token"]}})
+    ctx = ServiceContext.build(settings)
+    domain.create_tenant(ctx.store, "acme", scope={"ray": {"job_id_prefixes": ["acme"],
+                                                           "metadata": {"team": "a"}}})
+    template = {"entrypoint": f"{sys.executable} {script} {tmp_path} {{checkpoint}} {{correction}}"}
+    spec = domain.JobSpec(external_ref="acme-train", target="ray", detector="evalstop:k=2",
+                          grace_period_s=30, on_detect="rewind", correction="kl_coef*=2", resubmit=template)
+    job_id = domain.register_job(ctx.store, "acme", spec, ctx.adapters.check)["id"]
+    checkpoint = NASTY.format(out=tmp_path)
+    rewind = _rewind(ctx, job_id, checkpoint)
+    assert (rewind["checkpoint_uri"], rewind["correction"]) == (checkpoint, "kl_coef*=2")
+
+    job = _deliver(ctx, job_id, "acme-train")
+    assert job["external_ref"] == "acme-train-r1" and job["state"] == "running"  # the same job, attempt 1
+    assert ray_client.get_job_status("acme-train").value == "STOPPED"
+    assert (tmp_path / "term-old").read_text() == "bye"  # the first attempt got SIGTERM
+    _wait(lambda: (tmp_path / "args.json").exists(), "the second attempt to start")
+    assert json.loads((tmp_path / "args.json").read_text()) == [checkpoint, "kl_coef*=2"]  # one word each
+    assert not (tmp_path / "pwned").exists() and not (tmp_path / "pwned2").exists()
+    info = ray_client.get_job_info("acme-train-r1")
+    assert info.metadata["team"] == "a" and info.metadata["evalstop_attempt"] == "1"
+    decisions = domain.list_decisions(ctx.store, job_id, "acme")
+    got = [(d["source"], d["decision"], d["new_ref"]) for d in decisions]
+    assert got == [("rewind-1", "rewind", "acme-train-r1")]
+    assert [a for a, _ in _audit(ctx, job_id)] == ["resubmit"]
+    # a repeat of the delivery finds the job it submitted (idempotent), and a scope that would
+    # not allow the new id is refused before anything is submitted
+    adapter = ctx.adapters.get("ray")
+    scope = {"ray": {"job_id_prefixes": ["acme"], "metadata": {"team": "a"}}}
+    old = JobRef(job_id, "acme", "acme-train", scope=scope)
+    assert adapter.resubmit(old, template, "true", 1) == "acme-train-r1"
+    narrow = JobRef(job_id, "acme", "acme-train", scope={"ray": {"job_id_prefixes": ["acme-train-r9"]}})
+    with pytest.raises(NotOwned, match="outside tenant 'acme'"):
+        adapter.resubmit(narrow, template, "true", 2)
+    assert ray_client.get_job_status("acme-train-r1").value == "RUNNING"
+    with pytest.raises(RuntimeError):
+        ray_client.get_job_status("acme-train-r2")
+    ray_client.stop_job("acme-train-r1")
+    ctx.store.dispose()
+
+
+# -- Slurm ----------------------------------------------------------------------------------------
+SCRIPT = """#!/bin/bash
+#SBATCH --output={out}/slurm-%j.out
+printf '%s\\n' {{checkpoint}} {{correction}} > {out}/args.txt
+sleep 600
+"""
+
+
+@pytest.fixture(scope="module")
+def slurm() -> Iterator[SlurmCluster]:
+    reason = missing()
+    if reason:
+        pytest.skip(reason)
+    root = Path(tempfile.mkdtemp(prefix="evs-slurm-"))
+    cluster = start_cluster(root)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_slurm_rewind_stops_the_job_and_sbatches_the_next_attempt(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    first = tmp_path / "first.sh"
+    first.write_text("#!/bin/bash\nsleep 600\n")
+    old_id = slurm.sbatch(first, "--account=alpha")
+    settings = ServiceSettings(database_url=f"sqlite:///{tmp_path / 'e.db'}", run_worker=False,
+                               adapter_settings={"slurm": {"slurm_conf": str(slurm.conf)}})
+    ctx = ServiceContext.build(settings)
+    domain.create_tenant(ctx.store, "acme", scope={"slurm": {"accounts": ["alpha"], "partitions": ["debug"]}})
+    template = {"script": SCRIPT.format(out=tmp_path)}
+    spec = domain.JobSpec(external_ref=old_id, target="slurm", detector="evalstop:k=2", grace_period_s=5,
+                          on_detect="rewind", correction="lr*=0.5", resubmit=template)
+    job_id = domain.register_job(ctx.store, "acme", spec, ctx.adapters.check)["id"]
+    checkpoint = NASTY.format(out=tmp_path)
+    _rewind(ctx, job_id, checkpoint)
+
+    job = _deliver(ctx, job_id, old_id)
+    new_id = job["external_ref"]
+    assert new_id.isdigit() and new_id != old_id and job["state"] == "running"
+    adapter = ctx.adapters.get("slurm")
+    assert adapter.is_stopped(JobRef(job_id, "acme", old_id))
+    _wait(lambda: (tmp_path / "args.txt").exists(), "the second attempt to start", 60)
+    assert (tmp_path / "args.txt").read_text().splitlines() == [checkpoint, "lr*=0.5"]
+    assert not (tmp_path / "pwned").exists() and not (tmp_path / "pwned2").exists()
+    shown = slurm.run("scontrol", "show", "job", "-o", new_id).stdout
+    assert "Account=alpha" in shown and "Partition=debug" in shown
+    assert f"JobName=evalstop-{job_id}-r1" in shown
+    assert [d["new_ref"] for d in domain.list_decisions(ctx.store, job_id, "acme")] == [new_id]
+    assert _audit(ctx, job_id)[0][0] == "resubmit" and new_id in _audit(ctx, job_id)[0][1]
+    # idempotent: a repeat finds the job by its name; an account the scope no longer allows is refused
+    old = JobRef(job_id, "acme", old_id, scope={"slurm": {"accounts": ["alpha"]}})
+    assert adapter.resubmit(old, {**template, "account": "alpha"}, "#!/bin/bash\ntrue\n", 1) == new_id
+    with pytest.raises(NotOwned, match="account 'beta' is outside"):
+        adapter.resubmit(old, {**template, "account": "beta"}, "#!/bin/bash\ntrue\n", 2)
+    slurm.run("scancel", new_id)
+    ctx.store.dispose()
+
+
+def test_a_stop_decided_before_the_resubmission_cancels_it(slurm: SlurmCluster, tmp_path: Path) -> None:
+    first = tmp_path / "first.sh"
+    first.write_text("#!/bin/bash\nsleep 600\n")
+    old_id = slurm.sbatch(first, "--account=alpha")
+    settings = ServiceSettings(database_url=f"sqlite:///{tmp_path / 'e.db'}", run_worker=False,
+                               adapter_settings={"slurm": {"slurm_conf": str(slurm.conf)}})
+    ctx = ServiceContext.build(settings)
+    domain.create_tenant(ctx.store, "acme", scope={"slurm": {"accounts": ["alpha"]}})
+    spec = domain.JobSpec(external_ref=old_id, target="slurm", detector="evalstop:k=2", grace_period_s=5,
+                          on_detect="rewind", correction="lr*=0.5",
+                          resubmit={"script": SCRIPT.format(out=tmp_path)})
+    job_id = domain.register_job(ctx.store, "acme", spec, ctx.adapters.check)["id"]
+    _rewind(ctx, job_id, "/ckpt/checkpoint-2")
+    domain.set_override(ctx.store, job_id, "acme", "stop_now", reason="enough")
+
+    def settled() -> bool:
+        ctx.worker.run_once()
+        return all(d["phase"] == "done" for d in domain.get_job(ctx.store, job_id, "acme")["deliveries"])
+
+    _wait(settled, "both deliveries", 120)
+    job = domain.get_job(ctx.store, job_id, "acme")
+    assert job["external_ref"] == old_id and job["state"] == "stopped"
+    assert not (tmp_path / "args.txt").exists()
+    assert slurm.run("squeue", "--noheader", f"--name=evalstop-{job_id}-r1").stdout.strip() == ""
+    ctx.store.dispose()
+
+
+def test_a_refused_resubmission_fails_and_a_retry_resubmits(slurm: SlurmCluster, tmp_path: Path) -> None:
+    """The operator narrows the tenant's accounts after registration: the stop goes through but
+    the resubmission under account 'beta' is refused (the job is stop_failed, nothing was
+    submitted); with the scope restored, a retry of the delivery resubmits and the job runs."""
+    first = tmp_path / "first.sh"
+    first.write_text("#!/bin/bash\nsleep 600\n")
+    old_id = slurm.sbatch(first, "--account=alpha")
+    settings = ServiceSettings(database_url=f"sqlite:///{tmp_path / 'e.db'}", run_worker=False,
+                               adapter_settings={"slurm": {"slurm_conf": str(slurm.conf)}},
+                               worker_max_attempts=1)
+    ctx = ServiceContext.build(settings)
+    scope = {"slurm": {"accounts": ["alpha", "beta"]}}
+    domain.create_tenant(ctx.store, "acme", scope=scope)
+    spec = domain.JobSpec(external_ref=old_id, target="slurm", detector="evalstop:k=2", grace_period_s=5,
+                          on_detect="rewind", correction="lr*=0.5",
+                          resubmit={"script": SCRIPT.format(out=tmp_path), "account": "beta"})
+    job_id = domain.register_job(ctx.store, "acme", spec, ctx.adapters.check)["id"]
+    _rewind(ctx, job_id, "/ckpt/checkpoint-2")
+    domain.set_tenant_policy(ctx.store, "acme", scope={"slurm": {"accounts": ["alpha"]}})
+
+    def state() -> str:
+        ctx.worker.run_once()
+        return str(domain.get_job(ctx.store, job_id, "acme")["state"])
+
+    _wait(lambda: state() == "stop_failed", "the refused resubmission", 120)
+    job = domain.get_job(ctx.store, job_id, "acme")
+    assert job["external_ref"] == old_id
+    assert "resubmission account 'beta' is outside tenant 'acme'" in job["deliveries"][0]["last_error"]
+    assert ctx.adapters.get("slurm").is_stopped(JobRef(job_id, "acme", old_id))  # the stop went through
+    named = ["squeue", "--noheader", "--states=all", f"--name=evalstop-{job_id}-r1", "--format=%i"]
+    assert slurm.run(*named).stdout.split() == []  # nothing submitted
+    domain.set_tenant_policy(ctx.store, "acme", scope=scope)
+    controls.retry_stop(ctx.store, job_id, controls.Actor(None), "scope fixed")
+    _wait(lambda: state() == "running", "the retried resubmission", 120)
+    job = domain.get_job(ctx.store, job_id, "acme")
+    assert job["external_ref"] == slurm.run(*named).stdout.split()[0]
+    assert job["deliveries"][0]["phase"] == "done"
+    assert "Account=beta" in slurm.run("scontrol", "show", "job", "-o", job["external_ref"]).stdout
+    _wait(lambda: (tmp_path / "args.txt").exists(), "the second attempt to start", 60)
+    slurm.run("scancel", job["external_ref"])
+    ctx.store.dispose()
