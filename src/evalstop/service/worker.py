@@ -13,6 +13,10 @@ Delivery is concurrent and fair: ``threads`` delivery threads per replica, and a
 at that bound, so one tenant's backlog, or its receiver hanging until the adapter's timeout,
 holds at most ``per_tenant`` threads and never delays another tenant's stop
 (docs/service.md, "Fair delivery").
+
+Housekeeping rides on the idle polls: at most once per ``sweep_s`` per replica, an idle delivery
+thread deletes up to :data:`SWEEP_BATCH` console sessions that are revoked or expired. No thread
+of its own, nothing per request.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from .metrics import ServiceMetrics
 from .store import Conn, Store
 from .store import delivery as delivery_store
 from .store import job as job_store
+from .store import session as session_store
 from .store.delivery import TERMINAL, Claim
 from .targets import AdapterRegistry, UnknownTarget
 
@@ -39,6 +44,8 @@ RowMapping = Mapping[Any, Any]
 
 log = logging.getLogger("evalstop.service.worker")
 GRACE_POLL_S = 1.0
+#: Console sessions deleted by one sweep at most (a full batch: the next idle poll sweeps again).
+SWEEP_BATCH = 500
 
 
 class LeaseLost(RuntimeError):
@@ -70,7 +77,7 @@ class Worker(DaemonLoop):
     def __init__(
         self, store: Store, adapters: AdapterRegistry, *, retry: RetryPolicy | None = None,
         lease_s: float = 30.0, poll_s: float = 0.1, metrics: ServiceMetrics | None = None,
-        threads: int = 8, per_tenant: int = 2,
+        threads: int = 8, per_tenant: int = 2, sweep_s: float = 60.0,
     ) -> None:
         if threads < 1 or per_tenant < 1:
             raise ValueError(f"threads and per_tenant must be >= 1. Got threads={threads}, "
@@ -79,6 +86,8 @@ class Worker(DaemonLoop):
         self.retry = retry or RetryPolicy()
         self.lease_s, self.poll_s = lease_s, poll_s
         self.threads, self.per_tenant = threads, per_tenant
+        self.sweep_s = sweep_s
+        self._sweep_at = 0.0  # monotonic: when an idle thread next sweeps dead console sessions
         self.owner = uuid.uuid4().hex
         self._claiming = threading.Lock()  # one claim at a time; guards the two fields below
         self._busy: Counter[str] = Counter()  # rows each tenant has in this replica's threads now
@@ -115,6 +124,7 @@ class Worker(DaemonLoop):
                 log.exception("outbox claim failed")
                 claimed = None
             if claimed is None:
+                self._housekeep()
                 stop.wait(self.poll_s)
                 continue
             try:
@@ -142,6 +152,26 @@ class Worker(DaemonLoop):
                 return None
             self._busy[claimed.tenant] += 1
             return claimed
+
+    def _housekeep(self) -> None:
+        """Sweep dead console sessions if ``sweep_s`` has passed since this replica's last sweep
+        (one idle thread does it; the others go on claiming)."""
+        with self._claiming:
+            if time.monotonic() < self._sweep_at:
+                return
+            self._sweep_at = time.monotonic() + self.sweep_s
+        try:
+            swept = self.sweep_sessions()
+        except Exception:  # a lost database: the next sweep tries again
+            log.exception("console session sweep failed")
+            return
+        if swept >= SWEEP_BATCH:
+            with self._claiming:
+                self._sweep_at = 0.0  # more are due: sweep again at the next idle poll
+
+    def sweep_sessions(self) -> int:
+        """Delete up to :data:`SWEEP_BATCH` revoked or expired console sessions; return how many."""
+        return session_store.sweep(self.store, self.store.clock(), SWEEP_BATCH)
 
     def release_leases(self) -> int:
         """Give up the leases this worker still holds (at shutdown, after :meth:`stop`), so another
