@@ -42,7 +42,8 @@ from .store import score as score_store
 from .store import tenant as tenant_store
 
 __all__ = [
-    "IngestResult", "JobSpec", "ScoreIn", "create_tenant", "get_job", "ingest_scores", "ingest_scores_async",
+    "RULE_MAX_WINDOW", "IngestResult", "JobSpec", "ScoreIn", "check_rule_cost", "create_tenant", "get_job",
+    "ingest_scores", "ingest_scores_async",
     "list_decisions",
     "list_jobs", "list_scores", "list_tenants", "register_job", "set_job_shadow", "set_override",
     "set_tenant_shadow", "tenant_for_token",
@@ -50,6 +51,9 @@ __all__ = [
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 OVERRIDES = ("never_stop", "stop_now")
+#: The default of the service setting ``rule_max_window``: the most a job's rule may give a
+#: parameter that sizes its state or its work per eval (:mod:`.limits`).
+RULE_MAX_WINDOW = 256
 
 
 def hash_token(token: str) -> str:
@@ -156,6 +160,17 @@ def resolve_detector(spec: str, mode: str) -> Detector:
     return detector
 
 
+def check_rule_cost(detector: Detector, max_window: int) -> None:
+    """Raise InvalidInput naming the first parameter of ``detector`` over ``max_window``
+    (``Detector.size_params``; :mod:`.limits` says why)."""
+    for param in detector.size_params:
+        value = getattr(detector, param)
+        if value > max_window:
+            raise InvalidInput(
+                f"detector: {detector.name} {param}={value} is over the service's limit of {max_window} "
+                f"(setting rule_max_window, EVALSTOP_RULE_MAX_WINDOW).")
+
+
 def resolve_cadence(spec: str, eval_interval: int | None = None) -> CadencePolicy:
     """Parse a job's eval cadence spec (``every:3``, ``adaptive:every=3,dense=1``) and check its
     ``eval_interval`` (steps between eval opportunities: an int >= 1, or None if unknown)."""
@@ -170,7 +185,7 @@ def resolve_cadence(spec: str, eval_interval: int | None = None) -> CadencePolic
 def register_job(
     store: Store, tenant: str, spec: JobSpec, check_target: Callable[[str], None] = lambda _: None, *,
     webhook_url: str | None = None, default_limits: FairLimits | None = None,
-    check_owner: Callable[[str, JobRef], None] | None = None,
+    check_owner: Callable[[str, JobRef], None] | None = None, rule_max_window: int = RULE_MAX_WINDOW,
 ) -> dict[str, Any]:
     """Register a job for ``tenant``. ``check_target`` raises InvalidInput for an unknown target;
     the reference must lie in the tenant's scope (:mod:`.scopes`), and ``check_owner`` (the
@@ -178,10 +193,13 @@ def register_job(
     the tenant's, before any lock is taken; the reference must belong to no other live job of
     the same tenant (references are per tenant, so nothing here tells a tenant what others
     registered); the tenant's ``max_live_jobs`` quota must not be used up. ``webhook_url`` is the
-    webhook adapter's configured URL (checked against the scope when the job names none)."""
+    webhook adapter's configured URL (checked against the scope when the job names none).
+    ``rule_max_window`` bounds the rule's size parameters (:func:`check_rule_cost`; the
+    service passes its setting), checked before the backend is asked anything."""
     _check_name("target", spec.target)
     check_target(spec.target)
     detector = resolve_detector(spec.detector, spec.mode)
+    check_rule_cost(detector, rule_max_window)
     cadence = resolve_cadence(spec.cadence, spec.eval_interval)
     external_ref = scoping.canonical_ref(spec.target, spec.external_ref)
     job_id = uuid.uuid4().hex

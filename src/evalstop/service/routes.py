@@ -16,7 +16,7 @@ from starlette.concurrency import run_in_threadpool
 from . import controls, domain, reports, tokens
 from .context import ServiceContext
 from .errors import Forbidden, InvalidInput
-from .limits import charge_rule_work, check_rule_cost
+from .limits import charge_rule_work
 from .schemas import (
     DecisionOut,
     IngestOut,
@@ -172,11 +172,11 @@ def register_job(body: JobIn, ctx: Ctx, who: Caller) -> dict[str, Any]:
     if who.tenant is not None and owner != who.tenant:
         raise Forbidden(f"A token of tenant {who.tenant!r} cannot register jobs for tenant {owner!r}.")
     spec = domain.JobSpec(**body.model_dump(exclude={"tenant"}))
-    check_rule_cost(domain.resolve_detector(spec.detector, spec.mode), ctx.settings.rule_max_window)
     webhook_url = ctx.settings.adapter_settings.get("webhook", {}).get("url")
     return domain.register_job(ctx.store, owner, spec, ctx.adapters.check, webhook_url=webhook_url,
                                default_limits=ctx.policies.defaults,
-                               check_owner=ctx.adapters.check_registration)
+                               check_owner=ctx.adapters.check_registration,
+                               rule_max_window=ctx.settings.rule_max_window)
 
 
 @router.get("/jobs", response_model=list[JobOut], tags=["jobs"])
