@@ -226,7 +226,9 @@ class Worker(DaemonLoop):
             self._failed_attempt(lease, job, exc)
         except Exception as exc:  # an adapter bug: say so loudly, count it, retry like a transient error
             log.exception("adapter %r raised an unexpected error for job %s", job["target"], job["id"])
-            self._failed_attempt(lease, job, AdapterError(f"unexpected {exc!r}", retryable=True))
+            self._failed_attempt(lease, job, AdapterError(
+                f"unexpected {type(exc).__name__} in the {job['target']} adapter (see the service log)",
+                retryable=True))
 
     def _step(
         self, lease: Lease, phase: str, adapter: EnforcementAdapter, ref: JobRef, job: RowMapping,
@@ -301,7 +303,10 @@ class Worker(DaemonLoop):
         attempts, phase = delivery_store.attempts_and_phase(self.store, lease.row_id)
         attempts += 1
         retryable = isinstance(exc, UnknownTarget) or bool(getattr(exc, "retryable", False))
-        message = f"{type(exc).__name__}: {exc}"[:1000]
+        message = f"{type(exc).__name__}: {exc}"[:1000]  # never exc.detail: see AdapterError
+        said = getattr(exc, "detail", "")
+        if said:
+            log.warning("stop of job %s: %s; the backend said: %s", job["id"], message, said)
         if self.metrics is not None:
             self.metrics.adapter_errors.labels(target=job["target"], retryable=str(retryable).lower()).inc()
         values: dict[str, Any] = {"attempts": attempts, "last_error": message, "lease_until": None,
