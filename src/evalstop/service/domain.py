@@ -21,6 +21,7 @@ from ..detectors import (
     DEFAULT_SPEC,
     CadencePolicy,
     Detector,
+    Monitor,
     format_cadence,
     format_spec,
     parse_cadence,
@@ -195,7 +196,9 @@ def register_job(
     registered); the tenant's ``max_live_jobs`` quota must not be used up. ``webhook_url`` is the
     webhook adapter's configured URL (checked against the scope when the job names none).
     ``rule_max_window`` bounds the rule's size parameters (:func:`check_rule_cost`; the
-    service passes its setting), checked before the backend is asked anything."""
+    service passes its setting), checked before the backend is asked anything. The record
+    returned carries ``next_eval``: the fresh monitor's hint, when the job's first eval is worth
+    running (as the score reply's ``next_eval`` says for each later one)."""
     _check_name("target", spec.target)
     check_target(spec.target)
     detector = resolve_detector(spec.detector, spec.mode)
@@ -230,7 +233,8 @@ def register_job(
         _check_ref_free(conn, tenant, spec.target, external_ref)
         if not job_store.insert(conn, row):  # cannot happen: registrations of one tenant serialise
             raise Conflict(f"external_ref: {spec.target} job {external_ref!r} was registered meanwhile.")
-    return get_job(store, job_id, tenant)
+    first = Monitor.from_json(row["monitor_state"], detector).next_eval()  # the fresh monitor's hint
+    return {**get_job(store, job_id, tenant), "next_eval": first.to_dict()}
 
 
 UNLIMITED = FairLimits(scores_per_s=float("inf"), burst=2**62, max_live_jobs=2**62)

@@ -22,6 +22,7 @@ from .schemas import (
     IngestOut,
     JobIn,
     JobOut,
+    JobRegistered,
     OverrideIn,
     QuotaIn,
     RetryIn,
@@ -164,7 +165,7 @@ def token_audit(name: str, ctx: Ctx, who: Caller) -> list[dict[str, Any]]:
     return tokens.history(ctx.store, name, controls.Actor(who.tenant))
 
 
-@router.post("/jobs", status_code=201, response_model=JobOut, tags=["jobs"])
+@router.post("/jobs", status_code=201, response_model=JobRegistered, tags=["jobs"])
 def register_job(body: JobIn, ctx: Ctx, who: Caller) -> dict[str, Any]:
     owner = body.tenant or who.tenant
     if owner is None:

@@ -167,6 +167,14 @@ class NextEvalOut(BaseModel):
     done: bool = Field(description="The rule has fired: no further eval is needed.")
 
 
+class JobRegistered(JobOut):
+    """The registration reply: the job, and when its first eval is worth running."""
+
+    next_eval: NextEvalOut | None = Field(
+        default=None, description="The fresh monitor's hint for the job's first eval (the job's cadence; "
+        "the same field as the score reply's next_eval).")
+
+
 class IngestOut(BaseModel):
     job_id: str
     accepted: int = Field(description="Scores newly stored.")
