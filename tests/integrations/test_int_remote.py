@@ -133,3 +133,20 @@ def test_hf_trainer_obeys_the_service(service: Service, tmp_path: Path) -> None:
     assert Path(decision["best_checkpoint_uri"]).is_dir()
     with pytest.raises(ValueError, match="not both"):
         EvalStopCallback("eval_gold", "evalstop", remote=RemoteJob(service.url, job_id))
+
+
+def test_the_remote_client_follows_the_registrations_first_hint(service: Service) -> None:
+    job = RemoteJob.register(service.url, token=service.token, external_ref="run-h", target="dry-run",
+                             detector="evalstop:k=2", cadence="every:4", eval_interval=25)
+    assert job.first_eval == {"after": 4, "step": 100, "elevated": False, "done": False}
+    history = RemoteHistory(job)
+    first = history.next_eval()
+    assert first is not None and (first.after, first.step) == (4, 100)  # before any score
+    history.add(Eval(100, 0.5))
+    after = history.next_eval()
+    assert after is not None and after.step == 200  # then each reply's hint
+    plain = RemoteHistory(RemoteJob(service.url, job.job_id, token=service.token))
+    assert plain.next_eval() is None  # no registration hint given: as before
+    with pytest.raises(ValueError, match=r"HTTP 422.*cadence"):
+        RemoteJob.register(service.url, token=service.token, external_ref="run-x", target="dry-run",
+                           cadence="sometimes")

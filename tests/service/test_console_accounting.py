@@ -71,3 +71,34 @@ def test_a_shadow_job_stopped_by_hand_is_counted_once_in_reclaimed(api_any_db: A
     reclaimed = by_tenant(api, "reclaimed")["acme"]
     assert [j["job_id"] for j in reclaimed["jobs"]] == [stopped["id"]]
     assert reclaimed["gpu_hours"] == pytest.approx(80.0, abs=0.01)
+
+
+def test_the_api_says_a_job_was_released_beside_its_stopped_state(api_any_db: Api) -> None:
+    api = api_any_db
+    token = api.tenant("acme", shadow=True)
+    released, delivered = (api.job(token, grace_period_s=0, expected_duration_s=36_000) for _ in range(2))
+    for job in (released, delivered):
+        api.post(token, job["id"], scores(DECLINING))  # shadow decisions
+    api.adapter().fail_next("pin_checkpoint", 1, retryable=False)
+    for job in (released, delivered):
+        r = api.client.put(f"/v1/jobs/{job['id']}/override", json={"override": "stop_now", "reason": "x"},
+                           headers=api.as_(token))
+        assert r.status_code == 200
+        api.ctx.worker.run_once()
+    r = api.client.post(f"/v1/jobs/{released['id']}/release", json={"reason": "scancel"},
+                        headers=api.as_(token))
+    assert (r.json()["state"], r.json()["released"]) == ("stopped", True)
+    for job, flag in ((released, True), (delivered, False)):
+        got = api.client.get(f"/v1/jobs/{job['id']}", headers=api.as_(token)).json()
+        assert (got["state"], got["released"]) == ("stopped", flag)
+    listed = {j["id"]: j["released"] for j in api.client.get("/v1/jobs", headers=api.as_(token)).json()}
+    assert listed == {released["id"]: True, delivered["id"]: False}
+    shadow = by_tenant(api, "shadow")["acme"]
+    assert [(j["job_id"], j["state"], j["released"]) for j in shadow["jobs"]] == [
+        (released["id"], "stopped", True)]
+    assert shadow["reclaimed_jobs"] == 1
+    reclaimed = by_tenant(api, "reclaimed")["acme"]
+    assert [(j["job_id"], j["released"]) for j in reclaimed["jobs"]] == [(delivered["id"], False)]
+    assert reclaimed["released_jobs"] == 1
+    fresh = api.job(token)
+    assert api.client.get(f"/v1/jobs/{fresh['id']}", headers=api.as_(token)).json()["released"] is False

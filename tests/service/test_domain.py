@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -13,6 +14,7 @@ from pydantic import ValidationError
 from evalstop.service import domain
 from evalstop.service.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge
 from evalstop.service.ingest import ScoreIn
+from evalstop.service.settings import ServiceSettings
 from evalstop.service.store import Limits, Store, decisions, outbox, scores
 from evalstop.service.targets import AdapterRegistry
 from evalstop.service.worker import RetryPolicy, Worker
@@ -230,7 +232,9 @@ def test_a_worker_whose_lease_was_taken_over_writes_nothing(store_factory: Store
     assert domain.get_job(store, job_id, None)["state"] == "stopped"
 
 
-def test_an_adapter_bug_is_counted_and_retried_not_fatal(store_factory: StoreFactory) -> None:
+def test_an_adapter_bug_is_counted_and_retried_not_fatal(
+    store_factory: StoreFactory, caplog: pytest.LogCaptureFixture
+) -> None:
     store = store_factory()
     store.clock = clock = Clock()
     job_id = new_job(store, grace_period_s=0)
@@ -240,7 +244,10 @@ def test_an_adapter_bug_is_counted_and_retried_not_fatal(store_factory: StoreFac
     worker.run_once()
     delivery = domain.get_job(store, job_id, None)["deliveries"][0]
     assert (delivery["phase"], delivery["attempts"]) == ("signal", 1)
-    assert "injected bug in signal" in delivery["last_error"]
+    # the tenant sees evalstop's own sentence; what the adapter raised is in the operator's log
+    assert "unexpected RuntimeError in the recording adapter" in delivery["last_error"]
+    assert "injected bug in signal" not in delivery["last_error"]
+    assert "injected bug in signal" in caplog.text
     clock.now += 1.0
     worker.run_once()
     assert domain.get_job(store, job_id, None)["state"] == "stopped"
@@ -254,3 +261,21 @@ def test_the_recording_adapter_passes_the_adapter_contract() -> None:
     check_stop_sequence(adapter, JobRef("j1", "acme", "ref-1", {"obeys_signal": False}), "ckpt-1")
     check_unknown_job(adapter, JobRef("j2", "acme", "ref-2"))
     assert adapter.effects("hard_stop", "ref-1") == 1 and adapter.effects("pin_checkpoint", "ref-1") == 1
+
+
+def test_register_job_bounds_the_rules_size_for_library_callers(store_factory: StoreFactory) -> None:
+    """The bounded-rule check is in the domain layer, not only in the HTTP route: a library
+    caller gets the safe default (the setting's), and may pass another limit."""
+    assert ServiceSettings().rule_max_window == domain.RULE_MAX_WINDOW  # one default, two homes
+    store = store_factory()
+    domain.create_tenant(store, "acme")
+    checked: list[str] = []
+    spec = domain.JobSpec(external_ref="r1", target="recording", detector="mann-kendall:max_window=100000")
+    with pytest.raises(InvalidInput, match=r"max_window=100000 is over the service's limit of 256"):
+        domain.register_job(store, "acme", spec, check_owner=lambda t, ref: checked.append(t))
+    with pytest.raises(InvalidInput, match=r"limit of 50 "):
+        domain.register_job(store, "acme", dataclasses.replace(spec, detector="slaq:window=51"),
+                            rule_max_window=50)
+    assert checked == [] and domain.list_jobs(store, "acme") == []  # nothing asked, nothing stored
+    assert domain.register_job(store, "acme", spec, rule_max_window=100_000)["detector"].startswith(
+        "mann-kendall")

@@ -160,3 +160,19 @@ def test_a_big_batch_stores_each_stderr(api_any_db: Api) -> None:
     assert r.status_code == 200 and r.json()["accepted"] == 120, r.text
     rows = api.client.get(f"/v1/jobs/{job}/scores?limit=1000", headers=api.as_(token)).json()
     assert [r["score_stderr"] for r in rows] == [0.001 * s if s % 2 else None for s in range(1, 121)]
+
+
+@pytest.mark.parametrize(("cadence", "interval"), [
+    (None, None), ("every:4", 5), ("adaptive:every=3,dense=1", 10), ("adaptive:every=2", None)])
+def test_the_registration_reply_carries_the_first_hint(
+    api: Api, cadence: str | None, interval: int | None,
+) -> None:
+    """A client can ask for its first eval: the reply to the registration carries the fresh
+    monitor's hint, the same field the score replies carry (issue 20 loose end)."""
+    token = api.tenant("acme")
+    body: dict[str, Any] = {} if cadence is None else {"cadence": cadence, "eval_interval": interval}
+    job = api.job(token, **body)
+    fresh = Monitor("evalstop:k=2", cadence or "every:1", interval)
+    assert job["next_eval"] == fresh.next_eval().to_dict()
+    assert job["next_eval"]["step"] == (None if interval is None else fresh.cadence.first * interval)
+    assert "next_eval" not in api.client.get(f"/v1/jobs/{job['id']}", headers=api.as_(token)).json()

@@ -12,6 +12,9 @@ The expected API (``evalstop.service``)::
 
 ``next_eval`` (``NextEval.to_dict()``, optional) says when the next eval is worth running;
 ``RemoteHistory.next_eval()`` returns it (None when the reply carries none or it is malformed).
+The registration reply (``POST {url}/v1/jobs``) carries the same field for the job's first eval:
+``RemoteJob.register`` keeps it as ``first_eval`` (or pass the reply's ``next_eval`` yourself),
+and ``RemoteHistory.next_eval()`` returns it until the first score's reply.
 ``score_stderr`` is sent when the eval carries a finite standard error.
 
 The service runs the job's rule; ``decision`` is "stop" once a stop is decided and enforced (a
@@ -53,6 +56,8 @@ class RemoteJob:
     job_id: str
     token: str | None = field(default=None, repr=False)
     timeout_s: float = 10.0
+    #: The registration reply's ``next_eval`` (a dict, as sent): when the first eval is worth running.
+    first_eval: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not self.url.startswith(("http://", "https://")):
@@ -65,6 +70,24 @@ class RemoteJob:
             )
         check_float("RemoteJob", "timeout_s", self.timeout_s, low=0.0, low_open=True)
 
+    @classmethod
+    def register(
+        cls, url: str, token: str | None = None, timeout_s: float = 10.0, **job: Any
+    ) -> RemoteJob:
+        """Register a job (``POST {url}/v1/jobs`` with ``job``: ``external_ref``, ``target``,
+        ``cadence``, ...); the RemoteJob for it, with the reply's first-eval hint. Raises
+        OSError/ValueError on failure (a registration the caller must see, unlike a score)."""
+        base = cls(url, "unregistered", token, timeout_s)
+        try:
+            answer = base._request(f"{url.rstrip('/')}/v1/jobs", job)
+        except urllib.error.HTTPError as exc:  # say why: the service names the field and value
+            raise ValueError(f"EvalStop refused the registration: HTTP {exc.code}: "
+                             f"{exc.read().decode(errors='replace')[:500]}") from exc
+        if not isinstance(answer.get("id"), str):
+            raise ValueError(f"unexpected answer from {url}/v1/jobs: {answer!r}")
+        hint = answer.get("next_eval")
+        return cls(url, answer["id"], token, timeout_s, hint if isinstance(hint, dict) else None)
+
     @property
     def scores_url(self) -> str:
         job = urllib.parse.quote(self.job_id, safe="")
@@ -72,16 +95,22 @@ class RemoteJob:
 
     def post(self, payload: dict[str, Any]) -> dict[str, Any]:
         """POST one score; the decoded answer. Raises OSError/ValueError on failure."""
+        answer = self._request(self.scores_url, payload)
+        if answer.get("decision") not in ("continue", "stop", "rewind"):
+            raise ValueError(f"unexpected answer from {self.scores_url}: {answer!r}")
+        return answer
+
+    def _request(self, url: str, payload: dict[str, Any]) -> dict[str, Any]:
         token = self.token or os.environ.get(TOKEN_ENV)
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
         body = json.dumps(payload).encode()
-        request = urllib.request.Request(self.scores_url, data=body, headers=headers, method="POST")
+        request = urllib.request.Request(url, data=body, headers=headers, method="POST")
         with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
             answer = json.loads(response.read().decode())
-        if not isinstance(answer, dict) or answer.get("decision") not in ("continue", "stop", "rewind"):
-            raise ValueError(f"unexpected answer from {self.scores_url}: {answer!r}")
+        if not isinstance(answer, dict):
+            raise ValueError(f"unexpected answer from {url}: {answer!r}")
         return answer
 
 
@@ -105,7 +134,8 @@ class RemoteHistory:
         self.verdict = Verdict(Decision.CONTINUE, "no evals yet")
         self.n_failed = 0
         self.fired_now = False
-        self._next_eval: NextEval | None = None
+        # before the first reply: the registration's hint for the first eval, if the job has one
+        self._next_eval: NextEval | None = None if job.first_eval is None else _hint(job.first_eval)
         #: the job's attempt (rewinds done), sent with every score; a rewind order not yet taken
         self.attempt = 0
         self._rewind: RewindOrder | None = None
@@ -155,7 +185,8 @@ class RemoteHistory:
         return payload
 
     def next_eval(self) -> NextEval | None:
-        """The service's hint from its latest reply (None if it gave none: e.g. the job is stopped)."""
+        """The service's hint from its latest reply, or before any the registration's
+        (``RemoteJob.first_eval``); None if it gave none (e.g. the job is stopped)."""
         return self._next_eval
 
     def take_rewind(self) -> RewindOrder | None:

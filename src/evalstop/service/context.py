@@ -109,7 +109,7 @@ class ServiceContext:
         retry = RetryPolicy(settings.worker_max_attempts, settings.backoff_base_s, settings.backoff_max_s)
         worker = Worker(store, adapters, retry=retry, lease_s=settings.worker_lease_s,
                         poll_s=settings.worker_poll_s, metrics=metrics, threads=settings.worker_threads,
-                        per_tenant=settings.worker_per_tenant)
+                        per_tenant=settings.worker_per_tenant, sweep_s=settings.session_sweep_s)
         defaults = FairLimits(settings.tenant_scores_per_s, settings.tenant_burst,
                               settings.tenant_max_live_jobs)
         policies = PolicyCache(store, defaults, settings.policy_cache_s)

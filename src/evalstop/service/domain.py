@@ -21,6 +21,7 @@ from ..detectors import (
     DEFAULT_SPEC,
     CadencePolicy,
     Detector,
+    Monitor,
     OnDetect,
     format_cadence,
     format_spec,
@@ -46,7 +47,8 @@ from .store import score as score_store
 from .store import tenant as tenant_store
 
 __all__ = [
-    "IngestResult", "JobSpec", "ScoreIn", "create_tenant", "get_job", "ingest_scores", "ingest_scores_async",
+    "RULE_MAX_WINDOW", "IngestResult", "JobSpec", "ScoreIn", "check_rule_cost", "create_tenant", "get_job",
+    "ingest_scores", "ingest_scores_async",
     "list_decisions",
     "list_jobs", "list_scores", "list_tenants", "register_job", "set_job_shadow", "set_override",
     "set_tenant_shadow", "tenant_for_token",
@@ -54,6 +56,9 @@ __all__ = [
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 OVERRIDES = ("never_stop", "stop_now")
+#: The default of the service setting ``rule_max_window``: the most a job's rule may give a
+#: parameter that sizes its state or its work per eval (:mod:`.limits`).
+RULE_MAX_WINDOW = 256
 
 
 def hash_token(token: str) -> str:
@@ -166,6 +171,17 @@ def resolve_detector(spec: str, mode: str) -> Detector:
     return detector
 
 
+def check_rule_cost(detector: Detector, max_window: int) -> None:
+    """Raise InvalidInput naming the first parameter of ``detector`` over ``max_window``
+    (``Detector.size_params``; :mod:`.limits` says why)."""
+    for param in detector.size_params:
+        value = getattr(detector, param)
+        if value > max_window:
+            raise InvalidInput(
+                f"detector: {detector.name} {param}={value} is over the service's limit of {max_window} "
+                f"(setting rule_max_window, EVALSTOP_RULE_MAX_WINDOW).")
+
+
 def resolve_cadence(spec: str, eval_interval: int | None = None) -> CadencePolicy:
     """Parse a job's eval cadence spec (``every:3``, ``adaptive:every=3,dense=1``) and check its
     ``eval_interval`` (steps between eval opportunities: an int >= 1, or None if unknown)."""
@@ -180,7 +196,7 @@ def resolve_cadence(spec: str, eval_interval: int | None = None) -> CadencePolic
 def register_job(
     store: Store, tenant: str, spec: JobSpec, check_target: Callable[[str], None] = lambda _: None, *,
     webhook_url: str | None = None, default_limits: FairLimits | None = None,
-    check_owner: Callable[[str, JobRef], None] | None = None,
+    check_owner: Callable[[str, JobRef], None] | None = None, rule_max_window: int = RULE_MAX_WINDOW,
     max_rewinds: int = rewinding.MAX_REWINDS,
 ) -> dict[str, Any]:
     """Register a job for ``tenant``. ``check_target`` raises InvalidInput for an unknown target;
@@ -189,12 +205,17 @@ def register_job(
     the tenant's, before any lock is taken; the reference must belong to no other live job of
     the same tenant (references are per tenant, so nothing here tells a tenant what others
     registered); the tenant's ``max_live_jobs`` quota must not be used up. ``webhook_url`` is the
-    webhook adapter's configured URL (checked against the scope when the job names none). The
-    job's on-detect policy is its own fields over the tenant's default (``max_rewinds``: the
-    operator's limit)."""
+    webhook adapter's configured URL (checked against the scope when the job names none).
+    ``rule_max_window`` bounds the rule's size parameters (:func:`check_rule_cost`; the
+    service passes its setting), checked before the backend is asked anything. The job's
+    on-detect policy is its own fields over the tenant's default (``max_rewinds``: the
+    operator's limit). The record returned carries ``next_eval``: the fresh monitor's hint, when
+    the job's first eval is worth running (as the score reply's ``next_eval`` says for each
+    later one)."""
     _check_name("target", spec.target)
     check_target(spec.target)
     detector = resolve_detector(spec.detector, spec.mode)
+    check_rule_cost(detector, rule_max_window)
     cadence = resolve_cadence(spec.cadence, spec.eval_interval)
     external_ref = scoping.canonical_ref(spec.target, spec.external_ref)
     job_id = uuid.uuid4().hex
@@ -232,7 +253,8 @@ def register_job(
         _check_ref_free(conn, tenant, spec.target, external_ref)
         if not job_store.insert(conn, row):  # cannot happen: registrations of one tenant serialise
             raise Conflict(f"external_ref: {spec.target} job {external_ref!r} was registered meanwhile.")
-    return get_job(store, job_id, tenant)
+    first = Monitor.from_json(row["monitor_state"], detector).next_eval()  # the fresh monitor's hint
+    return {**get_job(store, job_id, tenant), "next_eval": first.to_dict()}
 
 
 UNLIMITED = FairLimits(scores_per_s=float("inf"), burst=2**62, max_live_jobs=2**62)

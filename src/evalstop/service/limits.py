@@ -5,7 +5,8 @@ A rule names the constructor parameters that size its state or its work per eval
 rewritten on every score, so an unbounded window lets one tenant's posts slow every other
 tenant's commits; the rate limit counts scores, not the work behind each. Each such parameter
 must be at most ``rule_max_window`` (a service setting), else the registration is 422 naming
-the parameter, its value and the limit.
+the parameter, its value and the limit. The check (:func:`~.domain.check_rule_cost`) runs in
+:func:`~.domain.register_job`, so library callers get it too.
 
 Within those bounds the rule's work is still charged to the tenant, as scores are: each score's
 token covers ``rule_ms_per_score`` of its rule's CPU time, and every further slice costs one
@@ -14,20 +15,11 @@ more token, taken from the tenant's bucket after the request (:func:`charge_rule
 
 from __future__ import annotations
 
-from ..detectors import Detector
 from .context import ServiceContext
-from .errors import InvalidInput
+from .domain import check_rule_cost
 from .fairness import rule_work_tokens
 
-
-def check_rule_cost(detector: Detector, max_window: int) -> None:
-    """Raise InvalidInput naming the first parameter of ``detector`` over ``max_window``."""
-    for param in detector.size_params:
-        value = getattr(detector, param)
-        if value > max_window:
-            raise InvalidInput(
-                f"detector: {detector.name} {param}={value} is over the service's limit of {max_window} "
-                f"(setting rule_max_window, EVALSTOP_RULE_MAX_WINDOW).")
+__all__ = ["charge_rule_work", "check_rule_cost"]
 
 
 def charge_rule_work(ctx: ServiceContext, tenant: str, n_scores: int, rule_cpu_s: float) -> None:

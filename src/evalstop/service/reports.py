@@ -43,7 +43,8 @@ def gpu_hours_saved(
 
 def _job_entry(row: Any, stop_at: float, **extra: Any) -> dict[str, Any]:
     hours, basis = gpu_hours_saved(row.gpus, row.created_at, row.expected_duration_s, stop_at, row.last_seen)
-    return {"job_id": row.id, "name": row.name, "state": row.state, "gpus": row.gpus,
+    return {"job_id": row.id, "name": row.name, "state": row.state,
+            "released": row.state == "stopped" and not row.delivered, "gpus": row.gpus,
             "expected_duration_s": row.expected_duration_s, "stop_at": stop_at, "gpu_hours": hours,
             "basis": basis, **extra}
 

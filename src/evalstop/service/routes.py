@@ -16,12 +16,13 @@ from starlette.concurrency import run_in_threadpool
 from . import controls, domain, reports, tokens
 from .context import ServiceContext
 from .errors import Forbidden, InvalidInput
-from .limits import charge_rule_work, check_rule_cost
+from .limits import charge_rule_work
 from .schemas import (
     DecisionOut,
     IngestOut,
     JobIn,
     JobOut,
+    JobRegistered,
     OnDetectIn,
     OnDetectOut,
     OverrideIn,
@@ -179,7 +180,7 @@ def token_audit(name: str, ctx: Ctx, who: Caller) -> list[dict[str, Any]]:
     return tokens.history(ctx.store, name, controls.Actor(who.tenant))
 
 
-@router.post("/jobs", status_code=201, response_model=JobOut, tags=["jobs"])
+@router.post("/jobs", status_code=201, response_model=JobRegistered, tags=["jobs"])
 def register_job(body: JobIn, ctx: Ctx, who: Caller) -> dict[str, Any]:
     owner = body.tenant or who.tenant
     if owner is None:
@@ -187,12 +188,12 @@ def register_job(body: JobIn, ctx: Ctx, who: Caller) -> dict[str, Any]:
     if who.tenant is not None and owner != who.tenant:
         raise Forbidden(f"A token of tenant {who.tenant!r} cannot register jobs for tenant {owner!r}.")
     spec = domain.JobSpec(**body.model_dump(exclude={"tenant"}))
-    check_rule_cost(domain.resolve_detector(spec.detector, spec.mode), ctx.settings.rule_max_window)
     webhook_url = ctx.settings.adapter_settings.get("webhook", {}).get("url")
     return domain.register_job(ctx.store, owner, spec, ctx.adapters.check, webhook_url=webhook_url,
                                default_limits=ctx.policies.defaults,
                                check_owner=ctx.adapters.check_registration,
-                               max_rewinds=ctx.settings.max_rewinds)
+                               max_rewinds=ctx.settings.max_rewinds,
+                               rule_max_window=ctx.settings.rule_max_window)
 
 
 @router.get("/jobs", response_model=list[JobOut], tags=["jobs"])

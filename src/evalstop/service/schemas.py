@@ -38,6 +38,13 @@ class TenantOut(BaseModel):
     created_at: float
     scope: Annotated[TenantScope | None, BeforeValidator(_as_stored)] = None
     quota: Quota | None = None
+    token_revoked: bool = Field(default=False, description="The tenant's token is revoked (until an "
+                                "operator rotates it).")
+    token_revoked_at: float | None = Field(default=None, description="When it was revoked.")
+    token_rotated_at: float | None = Field(default=None, description="The token's last rotation (null: "
+                                           "never rotated since the tenant was created).")
+    token_grace_until: float | None = Field(default=None, description="Until when the token the last "
+                                            "rotation replaced stays valid (null: no grace running).")
 
 
 class ScopeIn(Body):
@@ -134,6 +141,9 @@ class JobOut(BaseModel):
     eval_interval: int | None = None
     override: str | None
     state: str
+    released: bool = Field(default=False, description=(
+        "The job was released by hand after its stop failed: state stays 'stopped' (it is closed), "
+        "but no stop was delivered, so it is not counted as reclaimed."))
     created_at: float
     stopped_at: float | None
     n_evals: int = 0
@@ -190,6 +200,14 @@ class RewindOut(BaseModel):
     reason: str
     resubmit: bool = Field(description="The service stops this job and resubmits it from the checkpoint "
                            "(Ray, Slurm): the client stops instead of rewinding in place.")
+
+
+class JobRegistered(JobOut):
+    """The registration reply: the job, and when its first eval is worth running."""
+
+    next_eval: NextEvalOut | None = Field(
+        default=None, description="The fresh monitor's hint for the job's first eval (the job's cadence; "
+        "the same field as the score reply's next_eval).")
 
 
 class IngestOut(BaseModel):

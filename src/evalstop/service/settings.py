@@ -58,6 +58,8 @@ class ServiceSettings(BaseSettings):
     #: once (a tenant whose receiver hangs delays only its own stops; docs/service.md, "Fair delivery").
     worker_threads: int = Field(default=8, ge=1, le=256)
     worker_per_tenant: int = Field(default=2, ge=1)
+    #: Seconds between sweeps of revoked or expired console sessions (by an idle worker thread).
+    session_sweep_s: float = Field(default=60.0, gt=0, le=86400)
     backoff_base_s: float = Field(default=0.5, gt=0)
     backoff_max_s: float = Field(default=60.0, gt=0)
     #: Adapters outside the built-in registry: ``{"name": "package.module:factory"}``; the factory

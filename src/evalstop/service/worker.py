@@ -13,6 +13,10 @@ Delivery is concurrent and fair: ``threads`` delivery threads per replica, and a
 at that bound, so one tenant's backlog, or its receiver hanging until the adapter's timeout,
 holds at most ``per_tenant`` threads and never delays another tenant's stop
 (docs/service.md, "Fair delivery").
+
+Housekeeping rides on the idle polls: at most once per ``sweep_s`` per replica, an idle delivery
+thread deletes up to :data:`SWEEP_BATCH` console sessions that are revoked or expired. No thread
+of its own, nothing per request.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from .rewind_delivery import record_new_ref, rewind_of, stop_decided, submit
 from .store import Conn, Store
 from .store import delivery as delivery_store
 from .store import job as job_store
+from .store import session as session_store
 from .store.delivery import TERMINAL, Claim
 from .targets import AdapterRegistry, UnknownTarget
 
@@ -40,6 +45,8 @@ RowMapping = Mapping[Any, Any]
 
 log = logging.getLogger("evalstop.service.worker")
 GRACE_POLL_S = 1.0
+#: Console sessions deleted by one sweep at most (a full batch: the next idle poll sweeps again).
+SWEEP_BATCH = 500
 
 
 class LeaseLost(RuntimeError):
@@ -71,7 +78,7 @@ class Worker(DaemonLoop):
     def __init__(
         self, store: Store, adapters: AdapterRegistry, *, retry: RetryPolicy | None = None,
         lease_s: float = 30.0, poll_s: float = 0.1, metrics: ServiceMetrics | None = None,
-        threads: int = 8, per_tenant: int = 2,
+        threads: int = 8, per_tenant: int = 2, sweep_s: float = 60.0,
     ) -> None:
         if threads < 1 or per_tenant < 1:
             raise ValueError(f"threads and per_tenant must be >= 1. Got threads={threads}, "
@@ -80,6 +87,8 @@ class Worker(DaemonLoop):
         self.retry = retry or RetryPolicy()
         self.lease_s, self.poll_s = lease_s, poll_s
         self.threads, self.per_tenant = threads, per_tenant
+        self.sweep_s = sweep_s
+        self._sweep_at = 0.0  # monotonic: when an idle thread next sweeps dead console sessions
         self.owner = uuid.uuid4().hex
         self._claiming = threading.Lock()  # one claim at a time; guards the two fields below
         self._busy: Counter[str] = Counter()  # rows each tenant has in this replica's threads now
@@ -116,6 +125,7 @@ class Worker(DaemonLoop):
                 log.exception("outbox claim failed")
                 claimed = None
             if claimed is None:
+                self._housekeep()
                 stop.wait(self.poll_s)
                 continue
             try:
@@ -143,6 +153,26 @@ class Worker(DaemonLoop):
                 return None
             self._busy[claimed.tenant] += 1
             return claimed
+
+    def _housekeep(self) -> None:
+        """Sweep dead console sessions if ``sweep_s`` has passed since this replica's last sweep
+        (one idle thread does it; the others go on claiming)."""
+        with self._claiming:
+            if time.monotonic() < self._sweep_at:
+                return
+            self._sweep_at = time.monotonic() + self.sweep_s
+        try:
+            swept = self.sweep_sessions()
+        except Exception:  # a lost database: the next sweep tries again
+            log.exception("console session sweep failed")
+            return
+        if swept >= SWEEP_BATCH:
+            with self._claiming:
+                self._sweep_at = 0.0  # more are due: sweep again at the next idle poll
+
+    def sweep_sessions(self) -> int:
+        """Delete up to :data:`SWEEP_BATCH` revoked or expired console sessions; return how many."""
+        return session_store.sweep(self.store, self.store.clock(), SWEEP_BATCH)
 
     def release_leases(self) -> int:
         """Give up the leases this worker still holds (at shutdown, after :meth:`stop`), so another
@@ -197,7 +227,9 @@ class Worker(DaemonLoop):
             self._failed_attempt(lease, job, exc)
         except Exception as exc:  # an adapter bug: say so loudly, count it, retry like a transient error
             log.exception("adapter %r raised an unexpected error for job %s", job["target"], job["id"])
-            self._failed_attempt(lease, job, AdapterError(f"unexpected {exc!r}", retryable=True))
+            self._failed_attempt(lease, job, AdapterError(
+                f"unexpected {type(exc).__name__} in the {job['target']} adapter (see the service log)",
+                retryable=True))
 
     def _step(
         self, lease: Lease, phase: str, adapter: EnforcementAdapter, ref: JobRef, row: RowMapping,
@@ -285,7 +317,10 @@ class Worker(DaemonLoop):
         attempts, phase = delivery_store.attempts_and_phase(self.store, lease.row_id)
         attempts += 1
         retryable = isinstance(exc, UnknownTarget) or bool(getattr(exc, "retryable", False))
-        message = f"{type(exc).__name__}: {exc}"[:1000]
+        message = f"{type(exc).__name__}: {exc}"[:1000]  # never exc.detail: see AdapterError
+        said = getattr(exc, "detail", "")
+        if said:
+            log.warning("stop of job %s: %s; the backend said: %s", job["id"], message, said)
         if self.metrics is not None:
             self.metrics.adapter_errors.labels(target=job["target"], retryable=str(retryable).lower()).inc()
         values: dict[str, Any] = {"attempts": attempts, "last_error": message, "lease_until": None,

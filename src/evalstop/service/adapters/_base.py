@@ -32,9 +32,16 @@ class JobRef:
 
 
 class AdapterError(RuntimeError):
-    def __init__(self, message: str, *, retryable: bool) -> None:
+    """A failed adapter call. The message is what the tenant sees in its job's delivery errors:
+    evalstop's own words, the job's id and reference, the tenant's own scope. ``detail`` is what
+    the backend said (Slurm's stderr, an HTTP error reply's body): it may name other tenants'
+    jobs, accounts or users, so it goes to the service log for the operator and never into the
+    message (docs/service.md, "Delivery errors")."""
+
+    def __init__(self, message: str, *, retryable: bool, detail: str = "") -> None:
         super().__init__(message)
         self.retryable = retryable
+        self.detail = detail
 
 
 class NotOwned(AdapterError):

@@ -74,7 +74,7 @@ def fail_for_status(resp: httpx.Response, what: str, *, retry_on: frozenset[int]
         return
     retryable = code >= 500 or code in retry_on
     body = resp.text[:300].replace("\n", " ")
-    raise AdapterError(f"{what}: HTTP {code}: {body}", retryable=retryable)
+    raise AdapterError(f"{what}: HTTP {code}", retryable=retryable, detail=body)
 
 
 def json_body(resp: httpx.Response, what: str) -> Any:
@@ -82,8 +82,8 @@ def json_body(resp: httpx.Response, what: str) -> Any:
     try:
         return resp.json()
     except ValueError as exc:
-        raise AdapterError(f"{what}: HTTP {resp.status_code} reply is not JSON: {resp.text[:200]!r}",
-                           retryable=True) from exc
+        raise AdapterError(f"{what}: HTTP {resp.status_code} reply is not JSON", retryable=True,
+                           detail=resp.text[:200]) from exc
 
 
 def local_path(uri: str) -> Path | None:

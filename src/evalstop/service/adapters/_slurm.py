@@ -62,8 +62,9 @@ def classify(what: str, result: Result) -> str:
     if by_code == "gone" or any(m in text for m in GONE_MARKERS):
         return "gone"
     retryable = by_code == "retry" or any(m in text for m in TRANSIENT_MARKERS)
-    detail = result.stderr.strip()[:300]
-    raise AdapterError(f"{what}: exit {result.returncode}: {detail}", retryable=retryable)
+    known = next((m for m in TRANSIENT_MARKERS if m in text), "")  # evalstop's own constants
+    raise AdapterError(f"{what}: exit {result.returncode}" + (f" ({known})" if known else ""),
+                       retryable=retryable, detail=result.stderr.strip()[:300])
 
 
 def slurm_job_id(job: JobRef) -> str:

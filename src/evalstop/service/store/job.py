@@ -14,6 +14,7 @@ from sqlalchemy.engine import Connection, RowMapping
 
 from ..errors import NotFound
 from .engine import Store
+from .report import released
 from .statements import LOCK_JOB
 from .tables import jobs, outbox, scores, tenants
 
@@ -50,7 +51,8 @@ def row(conn: Connection, job_id: str, tenant: str | None) -> RowMapping:
 
 
 def get(store: Store, job_id: str, tenant: str | None) -> dict[str, Any]:
-    """The job row with its eval count, last step and stop deliveries."""
+    """The job row with its eval count, last step, stop deliveries and ``released`` (state
+    ``stopped`` with no delivered stop: released by hand after its stop failed)."""
     with store.reading() as conn:
         job = row(conn, job_id, tenant)
         stats = conn.execute(
@@ -61,12 +63,14 @@ def get(store: Store, job_id: str, tenant: str | None) -> dict[str, Any]:
             sa.select(outbox.c.phase, outbox.c.attempts, outbox.c.last_error, outbox.c.delivered_at)
             .where(outbox.c.job_id == job_id).order_by(outbox.c.id)
         ).mappings().all()
+    done = any(d["delivered_at"] is not None for d in delivery)
     return {**job, "n_evals": int(stats[0]), "last_step": stats[1],
-            "deliveries": [dict(d) for d in delivery]}
+            "deliveries": [dict(d) for d in delivery], "released": job["state"] == "stopped" and not done}
 
 
 def list_all(store: Store, tenant: str | None, *, limit: int, offset: int) -> list[dict[str, Any]]:
-    query = sa.select(jobs).order_by(jobs.c.created_at, jobs.c.id).limit(limit).offset(offset)
+    query = (sa.select(jobs, released().label("released")).order_by(jobs.c.created_at, jobs.c.id)
+             .limit(limit).offset(offset))
     if tenant is not None:
         query = query.where(jobs.c.tenant == tenant)
     with store.reading() as conn:

@@ -25,6 +25,12 @@ def delivered() -> sa.Exists:
     return sa.exists().where(outbox.c.job_id == jobs.c.id, outbox.c.delivered_at.is_not(None))
 
 
+def released() -> sa.ColumnElement[bool]:
+    """The job was released by hand: state ``stopped`` with no delivered stop (its stop failed,
+    then someone closed it). The API keeps ``state`` ``stopped`` and says this beside it."""
+    return sa.and_(jobs.c.state == "stopped", sa.not_(delivered()))
+
+
 def _tenant_names(conn: Connection, tenant: str | None) -> list[str]:
     if tenant is not None:
         return [tenant]

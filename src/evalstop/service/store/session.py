@@ -49,3 +49,15 @@ def revoke(store: Store, id_hash: str, now: float) -> None:
         conn.execute(console_sessions.update()
                      .where(console_sessions.c.id_hash == id_hash, console_sessions.c.revoked_at.is_(None))
                      .values(revoked_at=now))
+
+
+def sweep(store: Store, now: float, batch: int) -> int:
+    """Delete at most ``batch`` sessions that are revoked or expired at ``now`` (they are refused
+    anyway; the rows only take space); return how many. Run by the outbox worker when idle."""
+    dead = sa.or_(console_sessions.c.revoked_at.is_not(None), console_sessions.c.expires_at <= now)
+    picked = sa.select(console_sessions.c.id_hash).where(dead).limit(batch)
+    with store.transaction() as conn:
+        ids = list(conn.execute(picked).scalars())
+        if ids:
+            conn.execute(console_sessions.delete().where(console_sessions.c.id_hash.in_(ids), dead))
+    return len(ids)

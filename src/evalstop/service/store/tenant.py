@@ -114,8 +114,22 @@ def token_history(store: Store, name: str) -> list[dict[str, Any]]:
 
 
 def list_all(store: Store) -> list[dict[str, Any]]:
+    """Every tenant with its token's status (never a hash): ``token_revoked``/``token_revoked_at``,
+    ``token_rotated_at`` (the last rotation, None if never) and ``token_grace_until`` (until when
+    the token a rotation replaced stays valid, None when no grace is running)."""
+    now = store.clock()
+    rotated = (sa.select(sa.func.max(token_events.c.created_at))
+               .where(token_events.c.tenant == tenants.c.name, token_events.c.action == "rotate")
+               .scalar_subquery())
     with store.reading() as conn:
         rows = conn.execute(sa.select(tenants.c.name, tenants.c.shadow, tenants.c.created_at,
-                                      tenants.c.scope, tenants.c.quota)
+                                      tenants.c.scope, tenants.c.quota, tenants.c.token_revoked_at,
+                                      rotated.label("token_rotated_at"), tenants.c.previous_valid_until)
                             .order_by(tenants.c.name)).mappings().all()
-    return [dict(r) for r in rows]
+    out = []
+    for r in rows:
+        row = dict(r)
+        until = row.pop("previous_valid_until")
+        out.append({**row, "token_revoked": row["token_revoked_at"] is not None,
+                    "token_grace_until": until if until is not None and until > now else None})
+    return out
