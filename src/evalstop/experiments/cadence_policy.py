@@ -38,6 +38,18 @@ from .holdout import Case
 CADENCES = ("every:1", "every:3", "adaptive:every=3,dense=1")
 #: The sparse base a cadence's detectable runs are judged at.
 BASE_OF = {"every:1": "every:1", "every:3": "every:3", "adaptive:every=3,dense=1": "every:3"}
+#: The candidates of the leave-one-bank-out choice (``evalstop validate``, ``rule_search``):
+#: rule -> parameter -> values, every combination.
+POLICY_GRID: dict[str, dict[str, list[Any]]] = {
+    "cusum": {
+        "threshold": [2.0, 3.0, 4.0, 6.0],
+        "drift": [1.0, 1.5, 2.0, 3.0],
+        "per": [0.0, 0.05, 0.1, 0.2, 0.4],
+        "sigma_from": ["all", "best"],
+        "n_warmup_evals": [3, 5],
+        "elevate": ["best", "g"],
+    },
+}
 MIN_EVALS_AFTER = 2
 MIN_DROP_SDS = 2.0
 #: The issue's targets per cadence (recall over detectable runs; regret as a share of the rise).
@@ -106,6 +118,7 @@ def score(cases: Sequence[Case], runs: Sequence[Run], cadence: str) -> dict[str,
         "n": float(len(cases)),
         "n_hacking": float(len(hacking)),
         "n_detectable": float(len(seen)),
+        "n_healthy": float(len(healthy)),
         "precision": _ratio(tp, tp + fp),
         "recall_all": _ratio(tp, len(hacking)),
         "recall": _ratio(sum(r.stop_index is not None for _, r in seen), len(seen)),
@@ -216,8 +229,8 @@ def render(report: Mapping[str, Any]) -> str:
         picks = ", ".join(f"{b} <- `{s}`" for b, s in held["chosen"].items())
         lines += [
             "",
-            f"Leave one bank out (each bank scored with the spec chosen on the other: {picks}); "
-            f"chosen on both: `{held['final']}`:",
+            f"Leave one bank out (each bank scored with the spec chosen on the other banks: {picks}); "
+            f"chosen on all banks: `{held['final']}`:",
             "",
         ]
         lines += _table(held["banks"])
@@ -225,14 +238,15 @@ def render(report: Mapping[str, Any]) -> str:
 
 
 def _table(banks: Mapping[str, Mapping[str, Mapping[str, float]]]) -> list[str]:
-    head = "| bank | cadence | hacking (det.) | " + " | ".join(t for _, t in COLUMNS) + " | dense evals |"
-    lines = [head, "|---" * (len(COLUMNS) + 4) + "|"]
+    titles = " | ".join(t for _, t in COLUMNS)
+    head = f"| bank | cadence | hacking (det.) | healthy | {titles} | dense evals |"
+    lines = [head, "|---" * (len(COLUMNS) + 5) + "|"]
     for bank, by_cadence in banks.items():
         for cadence, row in by_cadence.items():
             cells = " | ".join(_fmt(row[k], 1 if k == "evals" else 3) for k, _ in COLUMNS)
             lines.append(
                 f"| {bank} | {cadence} | {int(row['n_hacking'])} ({int(row['n_detectable'])}) | "
-                f"{cells} | {_fmt(row['dense_evals'], 1)} |"
+                f"{int(row['n_healthy'])} | {cells} | {_fmt(row['dense_evals'], 1)} |"
             )
     return lines
 

@@ -30,15 +30,8 @@ from .cadence_policy import CADENCES, Run, bank_of, choose, run_case, score
 from .holdout import Case
 from .validate import bank_cases
 
-#: cusum parameters searched (every combination); the keys are cusum's own parameters.
-GRID: dict[str, list[Any]] = {
-    "threshold": [2.0, 3.0, 4.0, 6.0],
-    "drift": [1.0, 1.5, 2.0, 3.0],
-    "per": [0.0, 0.05, 0.1, 0.2, 0.4],
-    "sigma_from": ["all", "best"],
-    "n_warmup_evals": [3, 5],
-    "elevate": ["best", "g"],
-}
+#: cusum parameters searched (every combination): the grid ``evalstop validate`` chooses from.
+GRID = cadence_policy.POLICY_GRID["cusum"]
 
 
 def grid_specs(grid: Mapping[str, Sequence[Any]] = GRID) -> list[str]:
