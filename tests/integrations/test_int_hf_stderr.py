@@ -37,7 +37,8 @@ class Tokens(torch.utils.data.Dataset):  # type: ignore[misc]
         return {"input_ids": self.ids[i], "labels": self.ids[i]}
 
 
-def trainer_for(tmp_path: Path, callback: EvalStopCallback, bind: bool, **extra: object):  # type: ignore[no-untyped-def]
+def trainer_for(tmp_path: Path, callback: EvalStopCallback, bind: bool | None, **extra: object):  # type: ignore[no-untyped-def]
+    """``bind``: True binds with ``loss_stderr=True``, None binds without it, False only adds."""
     args = transformers.TrainingArguments(
         output_dir=str(tmp_path / "out"), max_steps=6, eval_strategy="steps", eval_steps=3,
         save_strategy="no", per_device_train_batch_size=4, per_device_eval_batch_size=EVAL_BATCH,
@@ -46,10 +47,10 @@ def trainer_for(tmp_path: Path, callback: EvalStopCallback, bind: bool, **extra:
     trainer = transformers.Trainer(
         model=tiny_model(), args=args, train_dataset=Tokens(64, 1), eval_dataset=Tokens(EVAL_N, 2), **extra
     )
-    if bind:
-        callback.bind(trainer)
-    else:
+    if bind is False:
         trainer.add_callback(callback)
+    else:
+        callback.bind(trainer, loss_stderr=bool(bind))
     return trainer
 
 
@@ -78,10 +79,13 @@ def test_eval_loss_carries_the_stderr_of_its_batches(tmp_path: Path) -> None:
     assert evals[0].stderr != evals[-1].stderr  # one estimate per evaluation, not carried over
 
 
-def test_without_bind_or_for_another_metric_there_is_no_estimate(tmp_path: Path) -> None:
+def test_without_loss_stderr_or_for_another_metric_there_is_no_estimate(tmp_path: Path) -> None:
     plain = EvalStopCallback("eval_loss", "cusum")
     trainer_for(tmp_path / "a", plain, bind=False).train()
     assert [ev.stderr for ev in plain.history.evals] == [None, None]
+    bound = EvalStopCallback("eval_loss", "cusum")
+    trainer_for(tmp_path / "c", bound, bind=None).train()  # bound, without loss_stderr: no change
+    assert bound._spread is None and [ev.stderr for ev in bound.history.evals] == [None, None]
 
     def accuracy(pred: object) -> dict[str, float]:
         return {"acc": 0.5}

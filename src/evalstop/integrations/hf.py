@@ -27,8 +27,10 @@ Standard error: when the evaluation also logs ``<metric>_stderr`` (``compute_met
 the sd of the per-example scores over sqrt(n) when the metric is their mean:
 ``mean_and_stderr(name, values)`` builds both), the eval carries it and the rules that measure
 noise (``cusum``, ``noise-aware``) use it for that eval. For the eval loss, which the Trainer
-reports as a mean over the eval set without its spread, a callback added with ``bind(trainer)``
-estimates it from the per-batch losses of each evaluation (``_hf_stderr.BatchSpread``).
+reports as a mean over the eval set without its spread, a callback added with
+``bind(trainer, loss_stderr=True)`` estimates it from the per-batch losses of each evaluation
+(``_hf_stderr.BatchSpread``). Off by default: over a *fixed* eval set the spread between examples
+is not eval-to-eval noise (docs/integrations.md).
 
 Eval cadence: with ``cadence="adaptive:every=3"`` (or ``"every:N"``, or a policy object) the
 callback decides when the Trainer evaluates. ``eval_steps`` is the sparse base: the policy's
@@ -201,12 +203,13 @@ class EvalStopCallback(TrainerCallback, ExportableState):
     def verdict(self) -> Verdict:
         return self.history.verdict
 
-    def bind(self, trainer: Any) -> EvalStopCallback:
+    def bind(self, trainer: Any, *, loss_stderr: bool = False) -> EvalStopCallback:
         """Add this callback to ``trainer`` and keep the trainer (a ``kl_coef`` correction sets
-        its ``beta``)."""
+        its ``beta``). ``loss_stderr``: when the watched metric is the eval loss, estimate its
+        standard error from the per-batch losses of each evaluation (``_hf_stderr``)."""
         trainer.add_callback(self)
         self._trainer = trainer
-        self._spread = _loss_spread(trainer, self._keys)
+        self._spread = _loss_spread(trainer, self._keys) if loss_stderr else None
         return self
 
     # ---- Trainer hooks -------------------------------------------------------------------------
