@@ -13,9 +13,11 @@ each bank's row uses a spec that never saw it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import itertools
 import json
+import math
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -55,9 +57,23 @@ def all_cases(noisy: str | None = None, runs_per_family: int = 10, seed: int = 0
 def _digest(cases: Sequence[Case]) -> str:
     h = hashlib.sha256()
     for c in cases:
-        evals = [(e.step, e.score, e.progress) for e in c.evals]
+        evals = [(e.step, e.score, e.progress, e.stderr) for e in c.evals]
         h.update(repr((c.job_id, c.label, c.peak_index, evals)).encode())
     return h.hexdigest()[:12]
+
+
+def with_item_stderr(case: Case) -> Case:
+    """``case`` with each eval's stderr set to the sd of its per-prompt items over sqrt(n)."""
+    evals = []
+    for ev in case.evals:
+        items = [x for x in getattr(ev, "items", ()) if math.isfinite(x)]
+        n = len(items)
+        if n > 1:
+            mean = math.fsum(items) / n
+            sd = math.sqrt(math.fsum((x - mean) ** 2 for x in items) / (n - 1))
+            ev = dataclasses.replace(ev, stderr=sd / math.sqrt(n))
+        evals.append(ev)
+    return dataclasses.replace(case, evals=tuple(evals))
 
 
 def _runs_of(args: tuple[str, Sequence[Case]]) -> dict[str, list[list[int | None]]]:
@@ -127,9 +143,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
     parser.add_argument("--noisy-bank", default=None, help="noisy-eval bank directory, or none "
                         "(default: shipped)")
+    parser.add_argument("--item-stderr", action="store_true",
+                        help="give each eval the stderr of its per-prompt items (sd / sqrt(n))")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     cases = by_bank(all_cases(args.noisy_bank))
+    if args.item_stderr:
+        cases = [with_item_stderr(c) for c in cases]
     specs = list(dict.fromkeys([args.spec, *grid_specs()]))
     runs = compute(specs, cases, args.cache, args.jobs)
     report = held_out(args.spec, specs[1:], cases, runs)
