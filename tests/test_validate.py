@@ -104,7 +104,8 @@ def test_validate_command_prints_the_tables(tmp_path: Path) -> None:
     out = io.StringIO()
     with redirect_stdout(out):
         code = cli.main(["validate", "--bank", str(tmp_path), "--rule", "patience", "--detector", "never",
-                         "--supervised", "none", "--folds", "2", "--cadences", "none", "--trl-bank", "none"])
+                         "--supervised", "none", "--folds", "2", "--cadences", "none", "--trl-bank", "none",
+                         "--noisy-bank", "none"])
     assert code == 0
     text = out.getvalue()
     assert "| patience | `patience:" in text and "| never | `never` |" in text

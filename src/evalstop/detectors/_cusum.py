@@ -41,6 +41,11 @@ class Cusum(Detector):
     drops in the noise estimated up to the running best, so that a decline (whose curvature
     second differences see at sparse cadence) does not inflate its own yardstick.
     An eval's own ``stderr``, when given, is used as its noise sd (docs/noise-rules.md).
+
+    Adaptive cadence: ``elevate="best"`` (default) calls the evidence elevated whenever the latest
+    eval is below the running best (``Detector.elevated``); ``elevate="g"`` only while the
+    statistic ``g`` is above 0, i.e. once the drops have outrun the drift, so that a plateau that
+    wobbles under its best does not ask for every eval.
     """
 
     threshold: float = 5.0
@@ -52,6 +57,7 @@ class Cusum(Detector):
     per: float = 0.0
     warmup: float = 0.0
     sigma_from: str = "all"
+    elevate: str = "best"
     name = "cusum"
 
     def __post_init__(self) -> None:
@@ -65,6 +71,7 @@ class Cusum(Detector):
         check_float(owner, "per", self.per, low=0.0)
         check_float(owner, "warmup", self.warmup, low=0.0, high=1.0)
         check_choice(owner, "sigma_from", self.sigma_from, ("all", "best"))
+        check_choice(owner, "elevate", self.elevate, ("best", "g"))
 
     @property
     def state_window(self) -> int:
@@ -136,6 +143,11 @@ class Cusum(Detector):
             band = best - sign_of(self.mode) * max(sigma * (self.threshold - g + self.drift), self.min_delta)
         return RuleEvidence(g, self.threshold, "CUSUM of drops in noise sds", band,
                             "the next eval below this fires the rule (at the current noise estimate)")
+
+    def elevated(self, state: State) -> bool:
+        if self.elevate == "g":
+            return float(state["g"]) > 0.0
+        return super().elevated(state)
 
     def running_reason(self, state: State) -> str:
         return f"CUSUM {state['g']:.3g} <= threshold={self.threshold}"

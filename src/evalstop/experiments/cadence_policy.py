@@ -14,9 +14,11 @@ the gold metric, so its expectation is the true gold curve; reading the drop off
 scores instead (best before minus lowest after) would call a flat run with noise "visible".
 Both recalls are printed.
 
-Selection is leave one bank out: the numpy bank and the TRL bank. For each bank the candidate
-whose *worst* shortfall over the three cadences is smallest on the other bank is applied to it;
-the final spec is chosen on both banks.
+Selection is leave one bank out over three banks: the numpy bank, the TRL GRPO bank and the
+noisy-eval TRL GRPO bank (48-prompt watched eval, transient collapses that recover). For each
+bank the candidate whose *worst* shortfall over the three cadences is smallest on the other two
+banks is applied to it; the final spec is chosen on all banks. The shortfall counts the adaptive
+policy's evals beyond half the dense evals as a miss too.
 """
 
 from __future__ import annotations
@@ -30,18 +32,34 @@ import numpy as np
 
 from ..detectors import Monitor, parse_cadence, parse_spec, watch
 from ..detectors._noise import curve_sigma
+from ..workloads.trl_runs import NOISY_FAMILIES
 from .holdout import Case
 
 CADENCES = ("every:1", "every:3", "adaptive:every=3,dense=1")
 #: The sparse base a cadence's detectable runs are judged at.
 BASE_OF = {"every:1": "every:1", "every:3": "every:3", "adaptive:every=3,dense=1": "every:3"}
+#: The candidates of the leave-one-bank-out choice (``evalstop validate``, ``rule_search``):
+#: rule -> parameter -> values, every combination.
+POLICY_GRID: dict[str, dict[str, list[Any]]] = {
+    "cusum": {
+        "threshold": [2.0, 3.0, 4.0, 6.0],
+        "drift": [1.0, 1.5, 2.0, 3.0],
+        "per": [0.0, 0.05, 0.1, 0.2, 0.4],
+        "sigma_from": ["all", "best"],
+        "n_warmup_evals": [3, 5],
+        "elevate": ["best", "g"],
+    },
+}
 MIN_EVALS_AFTER = 2
 MIN_DROP_SDS = 2.0
 #: The issue's targets per cadence (recall over detectable runs; regret as a share of the rise).
+#: ``eval_share``: evals run over the dense evals (the adaptive policy must use at most half).
 TARGETS: dict[str, dict[str, float]] = {
-    "every:1": {"precision": 0.95, "recall": 0.90, "fpr": 0.05, "regret_share": 1.0},
-    "every:3": {"precision": 0.95, "recall": 0.90, "fpr": 0.05, "regret_share": 0.08},
-    "adaptive:every=3,dense=1": {"precision": 0.95, "recall": 0.95, "fpr": 0.05, "regret_share": 0.08},
+    "every:1": {"precision": 0.95, "recall": 0.90, "fpr": 0.05, "regret_share": 1.0, "eval_share": 1.0},
+    "every:3": {"precision": 0.95, "recall": 0.90, "fpr": 0.05, "regret_share": 0.08, "eval_share": 1.0},
+    "adaptive:every=3,dense=1": {
+        "precision": 0.95, "recall": 0.95, "fpr": 0.05, "regret_share": 0.08, "eval_share": 0.5,
+    },
 }
 
 
@@ -55,6 +73,9 @@ class Run:
 
 
 def bank_of(family: str) -> str:
+    """The bank a family belongs to: ``numpy``, ``trl`` or ``trl-noisy``."""
+    if family in NOISY_FAMILIES:
+        return "trl-noisy"
     return "trl" if "trl" in family else "numpy"
 
 
@@ -97,6 +118,7 @@ def score(cases: Sequence[Case], runs: Sequence[Run], cadence: str) -> dict[str,
         "n": float(len(cases)),
         "n_hacking": float(len(hacking)),
         "n_detectable": float(len(seen)),
+        "n_healthy": float(len(healthy)),
         "precision": _ratio(tp, tp + fp),
         "recall_all": _ratio(tp, len(hacking)),
         "recall": _ratio(sum(r.stop_index is not None for _, r in seen), len(seen)),
@@ -115,6 +137,7 @@ def shortfall(row: Mapping[str, float], cadence: str) -> float:
         goal["recall"] - row["recall"],
         row["fpr"] - goal["fpr"],
         row["regret_share"] - goal["regret_share"],
+        row["evals"] / row["dense_evals"] - goal["eval_share"],
     ]
     return sum(max(0.0, g) for g in gaps if math.isfinite(g))
 
@@ -132,15 +155,17 @@ def choose(
     keep: set[str],
     cadences: Sequence[str] = CADENCES,
 ) -> str:
-    """The spec whose worst shortfall over ``cadences`` on the banks in ``keep`` is smallest
-    (ties: the higher mean recall minus FPR)."""
-    idx = [i for i, c in enumerate(cases) if bank_of(c.family) in keep]
-    sub = [cases[i] for i in idx]
+    """The spec whose worst shortfall over ``cadences`` on the banks in ``keep`` is smallest,
+    each bank weighed alike (ties: the higher mean recall minus FPR)."""
+    groups = [[i for i, c in enumerate(cases) if bank_of(c.family) == bank] for bank in sorted(keep)]
 
     def key(spec: str) -> tuple[float, float]:
-        rows = {c: score(sub, [runs[spec][c][i] for i in idx], c) for c in cadences}
-        worst = max(shortfall(rows[c], c) for c in cadences)
-        tie = float(np.mean([_finite(rows[c]["recall"]) - _finite(rows[c]["fpr"]) for c in cadences]))
+        rows = [
+            (c, score([cases[i] for i in idx], [runs[spec][c][i] for i in idx], c))
+            for idx in groups if idx for c in cadences
+        ]
+        worst = max(shortfall(row, c) for c, row in rows)
+        tie = float(np.mean([_finite(row["recall"]) - _finite(row["fpr"]) for _, row in rows]))
         return -worst, tie
 
     return max(specs, key=key)
@@ -204,8 +229,8 @@ def render(report: Mapping[str, Any]) -> str:
         picks = ", ".join(f"{b} <- `{s}`" for b, s in held["chosen"].items())
         lines += [
             "",
-            f"Leave one bank out (each bank scored with the spec chosen on the other: {picks}); "
-            f"chosen on both: `{held['final']}`:",
+            f"Leave one bank out (each bank scored with the spec chosen on the other banks: {picks}); "
+            f"chosen on all banks: `{held['final']}`:",
             "",
         ]
         lines += _table(held["banks"])
@@ -213,14 +238,15 @@ def render(report: Mapping[str, Any]) -> str:
 
 
 def _table(banks: Mapping[str, Mapping[str, Mapping[str, float]]]) -> list[str]:
-    head = "| bank | cadence | hacking (det.) | " + " | ".join(t for _, t in COLUMNS) + " | dense evals |"
-    lines = [head, "|---" * (len(COLUMNS) + 4) + "|"]
+    titles = " | ".join(t for _, t in COLUMNS)
+    head = f"| bank | cadence | hacking (det.) | healthy | {titles} | dense evals |"
+    lines = [head, "|---" * (len(COLUMNS) + 5) + "|"]
     for bank, by_cadence in banks.items():
         for cadence, row in by_cadence.items():
             cells = " | ".join(_fmt(row[k], 1 if k == "evals" else 3) for k, _ in COLUMNS)
             lines.append(
                 f"| {bank} | {cadence} | {int(row['n_hacking'])} ({int(row['n_detectable'])}) | "
-                f"{cells} | {_fmt(row['dense_evals'], 1)} |"
+                f"{int(row['n_healthy'])} | {cells} | {_fmt(row['dense_evals'], 1)} |"
             )
     return lines
 

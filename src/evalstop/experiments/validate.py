@@ -54,9 +54,7 @@ DEFAULT_CANDIDATES: dict[str, dict[str, list[Any]]] = {
 }
 
 #: Candidates for one default under dense, every:3 and adaptive cadence (leave one bank out).
-POLICY_CANDIDATES: dict[str, dict[str, list[Any]]] = {
-    "cusum": {"threshold": [2.0, 3.0, 4.0, 6.0], "drift": [1.0, 2.0, 3.0], "per": [0.0, 0.05, 0.1]},
-}
+POLICY_CANDIDATES = cadence_policy.POLICY_GRID
 
 COLUMNS = (
     ("precision", "precision"), ("recall", "recall"), ("fpr", "FPR"), ("fpr_controls", "FPR controls"),
@@ -201,6 +199,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the study as JSON")
     parser.add_argument("--trl-bank", default=None,
                         help="TRL GRPO runs added to the in-memory bank, or 'none' (default: shipped runs)")
+    parser.add_argument("--noisy-bank", default=None,
+                        help="noisy-eval TRL GRPO runs, a third bank for the cadence-policy study, or 'none' "
+                             "(default: shipped runs)")
     parser.add_argument("--cadences", default="10,40",
                         help="evals per job at which the default is checked, or 'none' (default 10,40)")
     parser.add_argument("--default-spec", default=None,
@@ -235,8 +236,11 @@ def run(args: argparse.Namespace) -> int:
             study["default"] = _default_study(args, cadences, trl, supervised)
         if args.policies == "on":
             candidates = [s for rule, grid in POLICY_CANDIDATES.items() for s in expand_grid(rule, grid)]
+            noisy = [] if args.noisy_bank == "none" else (
+                shipped_trl_bank(noisy=True) if args.noisy_bank is None else read_bank(Path(args.noisy_bank))
+            )
             study["policies"] = cadence_policy.study(args.default_spec or DEFAULT_SPEC, candidates,
-                                                     bank_cases(runs))
+                                                     bank_cases([*runs, *noisy]))
     except (OSError, ValueError) as exc:
         print(f"evalstop validate: error: {exc}", file=sys.stderr)
         return 2

@@ -24,8 +24,13 @@ share ``evalstop.json``: it holds one record per metric (``"metrics"``), and its
 record of the metric that stopped the run (else the first metric by name).
 
 Standard error: when the evaluation also logs ``<metric>_stderr`` (``compute_metrics`` can return
-the sd of the per-example scores over sqrt(n) when the metric is their mean), the eval carries it
-and the rules that measure noise (``cusum``, ``noise-aware``) use it for that eval.
+the sd of the per-example scores over sqrt(n) when the metric is their mean:
+``mean_and_stderr(name, values)`` builds both), the eval carries it and the rules that measure
+noise (``cusum``, ``noise-aware``) use it for that eval. For the eval loss, which the Trainer
+reports as a mean over the eval set without its spread, a callback added with
+``bind(trainer, loss_stderr=True)`` estimates it from the per-batch losses of each evaluation
+(``_hf_stderr.BatchSpread``). Off by default: over a *fixed* eval set the spread between examples
+is not eval-to-eval noise (docs/integrations.md).
 
 Eval cadence: with ``cadence="adaptive:every=3"`` (or ``"every:N"``, or a policy object) the
 callback decides when the Trainer evaluates. ``eval_steps`` is the sparse base: the policy's
@@ -77,6 +82,7 @@ from ._common import (
     missing_extra,
     resolve_detector,
 )
+from ._hf_stderr import BatchSpread, mean_and_stderr
 from ._remote import RemoteHistory, RemoteJob
 
 try:
@@ -90,6 +96,16 @@ from ._rewind_remote import rewind_remote
 
 #: The file, in ``args.output_dir``, that holds the verdict and the history.
 RECORD_NAME = "evalstop.json"
+
+
+def _loss_spread(trainer: Any, keys: tuple[str, ...]) -> BatchSpread | None:
+    """When the watched metric is the eval loss (a mean over the eval set), record its
+    per-batch spread for a standard error (``_hf_stderr``); otherwise None."""
+    if not any(k.startswith("eval_") and k.endswith("loss") for k in keys):
+        return None
+    spread = BatchSpread()
+    spread.install(trainer)
+    return spread
 
 
 def _eval_key(name: str) -> str:
@@ -184,6 +200,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         self.history = self._new_history(None)
         self._last_loss: float | None = None
         self._last_stderr: float | None = None
+        self._spread: BatchSpread | None = None  # the eval loss's per-batch spread, when bound
         self._training = False
         self._eval_round: tuple[int, bool, list[str]] | None = None  # (step, matched, keys seen)
         self._run_id = ""
@@ -192,11 +209,13 @@ class EvalStopCallback(TrainerCallback, ExportableState):
     def verdict(self) -> Verdict:
         return self.history.verdict
 
-    def bind(self, trainer: Any) -> EvalStopCallback:
+    def bind(self, trainer: Any, *, loss_stderr: bool = False) -> EvalStopCallback:
         """Add this callback to ``trainer`` and keep the trainer (a ``kl_coef`` correction sets
-        its ``beta``)."""
+        its ``beta``). ``loss_stderr``: when the watched metric is the eval loss, estimate its
+        standard error from the per-batch losses of each evaluation (``_hf_stderr``)."""
         trainer.add_callback(self)
         self._trainer = trainer
+        self._spread = _loss_spread(trainer, self._keys) if loss_stderr else None
         return self
 
     # ---- Trainer hooks -------------------------------------------------------------------------
@@ -287,7 +306,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             self._last_loss = as_score(logs["loss"])
         key = self._key_in(logs)
         if key is not None:
-            self._last_stderr = self._stderr_in(logs, key)
+            self._last_stderr = self._metric_stderr(logs, key)
             self._observe(args, state, control, logs[key], kwargs)
         elif "loss" in logs and _no_eval(args) and self._training and not self.history.evals:
             raise ValueError(
@@ -306,7 +325,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             self._eval_round[1:]
         self._eval_round = (step, matched or key is not None, [*seen, *sorted(metrics)])
         if key is not None:
-            self._last_stderr = self._stderr_in(metrics, key)
+            self._last_stderr = self._metric_stderr(metrics, key)
             self._observe(args, state, control, metrics[key], kwargs)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -329,6 +348,13 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         if best is not None:
             state.best_model_checkpoint = best
         self._write_record(args, state)
+
+    def _metric_stderr(self, logs: dict[str, Any], key: str) -> float | None:
+        """The logged ``<key>_stderr``, else for the eval loss the estimate from its batches."""
+        stderr = self._stderr_in(logs, key)
+        if stderr is None and self._spread is not None and key.startswith("eval_") and key.endswith("loss"):
+            stderr = self._spread.take()
+        return stderr
 
     @staticmethod
     def _stderr_in(logs: dict[str, Any], key: str) -> float | None:
@@ -527,4 +553,4 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         self.history.monitor = Monitor.from_json(data, self.detector)
 
 
-__all__ = ["RECORD_NAME", "EvalStopCallback", "check_training_args"]
+__all__ = ["RECORD_NAME", "EvalStopCallback", "check_training_args", "mean_and_stderr"]

@@ -39,7 +39,9 @@ from ._gzip_text import open_text as _open_text
 from .model import JobTruth, Workload
 from .rl_toy import ToyConfig, ToyRun, run_toy
 from .trl_runs import FAMILIES as TRL_FAMILIES
+from .trl_runs import NOISY_FAMILIES as TRL_NOISY_FAMILIES
 from .trl_runs import SHIPPED as TRL_SHIPPED
+from .trl_runs import SHIPPED_NOISY as TRL_NOISY_SHIPPED
 from .trl_runs import family_runs as trl_family_runs
 
 HACK_DROP = 0.05
@@ -153,14 +155,17 @@ def build_bank(
 
 
 def build_trl_bank(
-    seed: int, runs_per_family: int, families: Iterable[str] | None = None, log: Any = None
+    seed: int, runs_per_family: int, families: Iterable[str] | None = None, log: Any = None,
+    noisy: bool = False,
 ) -> list[BankRun]:
     """Runs of the real-trainer (TRL GRPO) families, ``trl_runs``: slow (about 15 s a run on one
-    CPU core); the bank that ships with the package is ``shipped_trl_bank()``."""
+    CPU core); the bank that ships with the package is ``shipped_trl_bank()``. ``noisy``: the
+    noisy-eval and transient-collapse families (``shipped_trl_bank(noisy=True)``)."""
     from .trl_runs import run_grpo
 
     check_int("build_trl_bank", "runs_per_family", runs_per_family, min_value=1)
-    names = list(TRL_FAMILIES) if families is None else list(families)
+    default = TRL_NOISY_FAMILIES if noisy else TRL_FAMILIES
+    names = list(default) if families is None else list(families)
     runs = []
     for name in names:
         for job_id, config, child in trl_family_runs(name, seed, runs_per_family):
@@ -186,9 +191,10 @@ def at_cadence(run: BankRun, n_evals: int) -> BankRun:
     return BankRun(run.job_id, run.family, evals, tuple(run.proxy[i] for i in keep), truth)
 
 
-def shipped_trl_bank() -> list[BankRun]:
-    """The TRL GRPO runs shipped as package data (``data/trl-bank/meta.json`` has the command)."""
-    return read_bank(TRL_SHIPPED)
+def shipped_trl_bank(noisy: bool = False) -> list[BankRun]:
+    """The TRL GRPO runs shipped as package data (``data/trl-bank/meta.json`` has the command);
+    ``noisy``: the noisy-eval, transient-collapse bank (``data/trl-noisy-bank``)."""
+    return read_bank(TRL_NOISY_SHIPPED if noisy else TRL_SHIPPED)
 
 
 @dataclass(frozen=True)
@@ -324,14 +330,16 @@ def bank_workload(
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--trainer", choices=("toy", "trl"), default="toy",
+    parser.add_argument("--trainer", choices=("toy", "trl", "trl-noisy"), default="toy",
                         help="toy: numpy REINFORCE families (fast); trl: TRL GRPO families (about 15 s "
-                        "a run, needs pip install -e '.[hf]')")
+                        "a run, needs pip install -e '.[hf]'); trl-noisy: TRL GRPO runs watched by a "
+                        "48-prompt eval, some with a transient collapse that recovers")
     parser.add_argument("--seed", type=int, default=0, help="bank seed (default 0)")
     parser.add_argument("--runs-per-family", type=int, default=10, help="runs in each family (default 10)")
     parser.add_argument(
         "--families", default=None,
-        help=f"comma-separated subset of: {', '.join(FAMILIES)} (toy) or {', '.join(TRL_FAMILIES)} (trl); "
+        help=f"comma-separated subset of: {', '.join(FAMILIES)} (toy), {', '.join(TRL_FAMILIES)} (trl) "
+        f"or {', '.join(TRL_NOISY_FAMILIES)} (trl-noisy); "
         "default: all of the trainer's",
     )
     parser.add_argument("--out", default="bank", help="output directory (default ./bank)")
@@ -344,8 +352,9 @@ def run(args: argparse.Namespace) -> int:
     families = None if args.families is None else [f.strip() for f in args.families.split(",") if f.strip()]
     started = time.perf_counter()
     try:
-        if args.trainer == "trl":
-            runs = build_trl_bank(args.seed, args.runs_per_family, families, log=sys.stderr)
+        if args.trainer in ("trl", "trl-noisy"):
+            noisy = args.trainer == "trl-noisy"
+            runs = build_trl_bank(args.seed, args.runs_per_family, families, log=sys.stderr, noisy=noisy)
         else:
             runs = build_bank(args.seed, args.runs_per_family, families)
     except ValueError as exc:
@@ -370,7 +379,7 @@ def _meta(args: argparse.Namespace, families: list[str] | None, runs: Sequence[B
     command += ["--no-items"] if args.no_items else []
     command += ["--gzip"] if args.gzip else []
     versions = {"numpy": np.__version__}
-    if args.trainer == "trl":
+    if args.trainer in ("trl", "trl-noisy"):
         import torch
         import transformers
         import trl

@@ -58,6 +58,10 @@ class TrlConfig:
     gold_samples: int = 1024
     num_generations: int = 8
     n_embd: int = 32
+    #: a transient fault: the reward is negated for steps in [flip_start, flip_end) * n_steps
+    #: (a reward bug that is fixed later), so the policy collapses and then recovers
+    flip_start: float = 0.0
+    flip_end: float = 0.0
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
@@ -66,6 +70,8 @@ class TrlConfig:
         check_float(owner, "lr", self.lr, low=0.0, low_open=True)
         check_float(owner, "label_noise", self.label_noise, low=0.0)
         check_float(owner, "label_bias", self.label_bias, low=0.0)
+        check_float(owner, "flip_start", self.flip_start, low=0.0, high=1.0)
+        check_float(owner, "flip_end", self.flip_end, low=self.flip_start, high=1.0)
         for name in ("n_steps", "n_evals", "eval_prompts", "gold_prompts", "gold_samples", "n_embd"):
             check_int(owner, name, getattr(self, name), min_value=1)
         check_int(owner, "n_labels", self.n_labels, min_value=3)
@@ -179,11 +185,18 @@ def _train(
     for callback in callbacks:
         callback.recorder = recorder
 
+    trainer: Any = None
+    flip = (config.flip_start * config.n_steps, config.flip_end * config.n_steps)
+
+    def sign() -> float:  # -1 inside the fault window (the step being trained is global_step + 1)
+        step = trainer.state.global_step if trainer is not None else 0
+        return -1.0 if flip[0] <= step < flip[1] else 1.0
+
     def proxy(completions: list[str], **_: object) -> list[float]:
-        return [float(r) for r in features(completions) @ weights]
+        return [sign() * float(r) for r in features(completions) @ weights]
 
     def gold(completions: list[str], **_: object) -> list[float]:
-        return [float(r) for r in gold_quality(completions)]
+        return [sign() * float(r) for r in gold_quality(completions)]
 
     args = GRPOConfig(
         output_dir=str(tmp / "out"), max_steps=config.n_steps, learning_rate=config.lr,
@@ -222,20 +235,42 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "control-trl-gold": {"lr": 2e-3, "target": "gold"},
     "control-trl-gold-lr-high": {"lr": 1e-2, "target": "gold"},
 }
+#: The noisy-eval bank (``evalstop bank --trainer trl-noisy``): the watched score is a 48-prompt
+#: eval (the truth stays the 1,024-sample gold), and some runs have a transient collapse that
+#: recovers (the reward is negated for a window of steps, as a reward bug fixed later would).
+NOISY_FAMILIES: dict[str, dict[str, Any]] = {
+    "noisy-proxy": {"lr": 2e-3},
+    "noisy-proxy-slow": {"lr": 7e-4},
+    "noisy-rm-biased": {"lr": 2e-3, "label_bias": 0.4},
+    "noisy-proxy-kl": {"lr": 2e-3, "beta": 0.5},
+    "collapse-proxy": {"lr": 2e-3, "flip_start": 0.1, "flip_end": 0.2},
+    "collapse-gold": {"lr": 5e-3, "target": "gold", "flip_start": 0.25, "flip_end": 0.35},
+    "collapse-gold-late": {"lr": 1e-2, "target": "gold", "flip_start": 0.5, "flip_end": 0.55},
+    "control-noisy-gold": {"lr": 2e-3, "target": "gold"},
+}
+NOISY_BASE: dict[str, Any] = {"eval_prompts": 48}
 #: The seed of family ``FAMILIES[i]`` is child ``FAMILY_KEY + i`` of the bank seed (the numpy
-#: families use 0, 1, ...), so the two kinds of family never share a stream.
+#: families use 0, 1, ...), and of ``NOISY_FAMILIES[i]`` child ``NOISY_KEY + i``, so no two
+#: kinds of family share a stream.
 FAMILY_KEY = 100
-#: Where the generated TRL bank ships (package data), with the command that wrote it.
+NOISY_KEY = 200
+#: Where the generated TRL banks ship (package data), with the command that wrote each.
 SHIPPED = Path(__file__).resolve().parent / "data" / "trl-bank"
+SHIPPED_NOISY = Path(__file__).resolve().parent / "data" / "trl-noisy-bank"
 
 
 def family_runs(
     name: str, seed: int, runs_per_family: int, first: int = 0
 ) -> list[tuple[str, TrlConfig, np.random.SeedSequence]]:
     """(job id, config, seed) of runs ``first..runs_per_family-1`` of family ``name``."""
-    if name not in FAMILIES:
-        raise ValueError(f"Unknown TRL bank family {name!r}. Valid families: {', '.join(FAMILIES)}.")
-    family_seed = np.random.SeedSequence(seed, spawn_key=(FAMILY_KEY + list(FAMILIES).index(name),))
-    config = TrlConfig().with_(**FAMILIES[name])
+    if name in FAMILIES:
+        key, config = FAMILY_KEY + list(FAMILIES).index(name), TrlConfig().with_(**FAMILIES[name])
+    elif name in NOISY_FAMILIES:
+        key = NOISY_KEY + list(NOISY_FAMILIES).index(name)
+        config = TrlConfig().with_(**NOISY_BASE, **NOISY_FAMILIES[name])
+    else:
+        valid = ", ".join([*FAMILIES, *NOISY_FAMILIES])
+        raise ValueError(f"Unknown TRL bank family {name!r}. Valid families: {valid}.")
+    family_seed = np.random.SeedSequence(seed, spawn_key=(key,))
     children = family_seed.spawn(runs_per_family)
     return [(f"{name}-{r:03d}", config, children[r]) for r in range(first, runs_per_family)]

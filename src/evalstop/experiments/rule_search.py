@@ -1,0 +1,165 @@
+"""Search the default rule's parameters under eval cadence policies, leave one bank out.
+
+``python -m evalstop.experiments.rule_search --cache DIR`` runs every candidate spec of ``GRID``
+on every bank run at dense, ``every:3`` and adaptive cadence (``cadence_policy.CADENCES``) and
+caches each spec's runs in ``DIR`` (one JSON file per bank and spec, keyed by the bank's
+content), so a rerun or a bigger grid only computes what is new. It then prints, for each bank,
+the spec chosen on the *other* banks (``cadence_policy.choose``: smallest worst shortfall from
+the targets over the three cadences) scored on that bank, the spec chosen on all banks, and
+the given ``--spec`` (default ``DEFAULT_SPEC``) for comparison. Nothing is chosen in-sample:
+each bank's row uses a spec that never saw it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import itertools
+import json
+import math
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from ..detectors import DEFAULT_SPEC
+from ..workloads.bank import build_bank, read_bank, shipped_trl_bank
+from . import cadence_policy
+from .cadence_policy import CADENCES, Run, bank_of, choose, run_case, score
+from .holdout import Case
+from .validate import bank_cases
+
+#: cusum parameters searched (every combination): the grid ``evalstop validate`` chooses from.
+GRID = cadence_policy.POLICY_GRID["cusum"]
+
+
+def grid_specs(grid: Mapping[str, Sequence[Any]] = GRID) -> list[str]:
+    keys = list(grid)
+    return [
+        "cusum:" + ",".join(f"{k}={v}" for k, v in zip(keys, values, strict=True))
+        for values in itertools.product(*(grid[k] for k in keys))
+    ]
+
+
+def all_cases(noisy: str | None = None, runs_per_family: int = 10, seed: int = 0) -> list[Case]:
+    """The three banks: numpy families, the TRL GRPO bank, the noisy-eval GRPO bank (shipped, or
+    read from directory ``noisy``; ``"none"``: left out)."""
+    if noisy == "none":
+        extra = []
+    else:
+        extra = shipped_trl_bank(noisy=True) if noisy is None else read_bank(Path(noisy))
+    return bank_cases(build_bank(seed, runs_per_family) + shipped_trl_bank() + extra)
+
+
+def _digest(cases: Sequence[Case]) -> str:
+    h = hashlib.sha256()
+    for c in cases:
+        evals = [(e.step, e.score, e.progress, e.stderr) for e in c.evals]
+        h.update(repr((c.job_id, c.label, c.peak_index, evals)).encode())
+    return h.hexdigest()[:12]
+
+
+def with_item_stderr(case: Case) -> Case:
+    """``case`` with each eval's stderr set to the sd of its per-prompt items over sqrt(n)."""
+    evals = []
+    for ev in case.evals:
+        items = [x for x in getattr(ev, "items", ()) if math.isfinite(x)]
+        n = len(items)
+        if n > 1:
+            mean = math.fsum(items) / n
+            sd = math.sqrt(math.fsum((x - mean) ** 2 for x in items) / (n - 1))
+            ev = dataclasses.replace(ev, stderr=sd / math.sqrt(n))
+        evals.append(ev)
+    return dataclasses.replace(case, evals=tuple(evals))
+
+
+def _runs_of(args: tuple[str, Sequence[Case]]) -> dict[str, list[list[int | None]]]:
+    spec, cases = args
+    return {c: [[r.used, r.stop_index, r.delivered] for r in (run_case(spec, c, k) for k in cases)]
+            for c in CADENCES}
+
+
+def compute(
+    specs: Sequence[str], cases: Sequence[Case], cache: Path, jobs: int = 1
+) -> dict[str, dict[str, list[Run]]]:
+    """Every spec's runs on ``cases`` (read from ``cache`` where there, written there otherwise)."""
+    banks = sorted({bank_of(c.family) for c in cases})
+    out: dict[str, dict[str, list[Run]]] = {s: {c: [] for c in CADENCES} for s in specs}
+    for bank in banks:
+        sub = [c for c in cases if bank_of(c.family) == bank]
+        folder = cache / f"{bank}-{_digest(sub)}"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = {s: folder / (hashlib.sha256(s.encode()).hexdigest()[:16] + ".json") for s in specs}
+        todo = [s for s in specs if not path[s].is_file()]
+        if todo:
+            with ProcessPoolExecutor(max_workers=jobs) as pool:
+                results = pool.map(_runs_of, [(s, sub) for s in todo], chunksize=4)
+                for spec, result in zip(todo, results, strict=True):
+                    path[spec].write_text(json.dumps({"spec": spec, "runs": result}))
+        for s in specs:
+            stored = json.loads(path[s].read_text())["runs"]
+            for c in CADENCES:
+                out[s][c] += [Run(int(u), st, int(d)) for u, st, d in stored[c]]
+    return out  # bank by bank: pass ``by_bank(cases)`` so that runs and cases line up
+
+
+def by_bank(cases: Sequence[Case]) -> list[Case]:
+    """``cases`` in the order ``compute`` returns runs: bank by bank (sorted), then as given."""
+    banks = sorted({bank_of(c.family) for c in cases})
+    return [c for b in banks for c in cases if bank_of(c.family) == b]
+
+
+def held_out(
+    spec: str, specs: Sequence[str], cases: Sequence[Case], runs: Mapping[str, Any]
+) -> dict[str, Any]:
+    banks = sorted({bank_of(c.family) for c in cases})
+    chosen = {b: choose(specs, cases, runs, set(banks) - {b}) for b in banks}
+
+    def rows(pick: Mapping[str, str]) -> dict[str, dict[str, dict[str, float]]]:
+        table: dict[str, dict[str, dict[str, float]]] = {}
+        for bank in banks:
+            idx = [i for i, c in enumerate(cases) if bank_of(c.family) == bank]
+            sub = [cases[i] for i in idx]
+            table[bank] = {c: score(sub, [runs[pick[bank]][c][i] for i in idx], c) for c in CADENCES}
+        return table
+
+    return {
+        "spec": spec,
+        "cadences": list(CADENCES),
+        "banks": rows(dict.fromkeys(banks, spec)),
+        "held_out": {
+            "chosen": chosen, "banks": rows(chosen), "final": choose(specs, cases, runs, set(banks)),
+        },
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m evalstop.experiments.rule_search")
+    parser.add_argument("--cache", type=Path, required=True, help="directory of cached runs")
+    parser.add_argument("--spec", default=DEFAULT_SPEC, help=f"spec shown beside the choice ({DEFAULT_SPEC})")
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
+    parser.add_argument("--noisy-bank", default=None, help="noisy-eval bank directory, or none "
+                        "(default: shipped)")
+    parser.add_argument("--item-stderr", action="store_true",
+                        help="give each eval the stderr of its per-prompt items (sd / sqrt(n))")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    cases = by_bank(all_cases(args.noisy_bank))
+    if args.item_stderr:
+        cases = [with_item_stderr(c) for c in cases]
+    specs = list(dict.fromkeys([args.spec, *grid_specs()]))
+    runs = compute(specs, cases, args.cache, args.jobs)
+    report = held_out(args.spec, specs[1:], cases, runs)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(cadence_policy.render(report), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    sys.exit(main())
