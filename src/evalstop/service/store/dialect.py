@@ -111,8 +111,9 @@ class Sqlite(Dialect):
 class Postgres(Dialect):
     """The ingest path runs on the driver connection, in few round trips (docs/service.md,
     "Round trips"): the job's lock and its state are sent together in one pipeline, then the new
-    scores and the monitor in one statement (a data-modifying CTE), then ``COMMIT``; with the
-    pool's pre-ping and psycopg's ``BEGIN``, five round trips for a single score (eight before)."""
+    scores and the monitor in one statement (a data-modifying CTE), then ``COMMIT``; with
+    psycopg's ``BEGIN``, four round trips for a single score (eight before; the pool's pre-ping
+    is replaced by a check at checkout, :mod:`.engine`)."""
 
     name = "postgresql"
     shared = True
