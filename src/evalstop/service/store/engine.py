@@ -166,7 +166,7 @@ def _check_on_checkout(engine: Engine) -> None:
 
     @sa.event.listens_for(engine, "checkout")
     def _alive(dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
-        if dbapi_conn.closed or dbapi_conn.broken:
+        if dbapi_conn.closed:  # a broken connection is closed too
             raise sa.exc.DisconnectionError("the database connection is closed")
         if not select.select([dbapi_conn.fileno()], [], [], 0)[0]:
             return  # nothing from the server while idle: the connection is open
