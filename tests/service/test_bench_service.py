@@ -33,3 +33,12 @@ def test_fast_path_bench_compares_the_two_lanes() -> None:
     cpu = result["cpu_ms_per_request"]
     assert set(cpu) == {"fast path", "route"} and min(cpu.values()) > 0
     assert abs(result["ratio_route_over_fast_path"] - cpu["route"] / cpu["fast path"]) < 0.01
+
+
+def test_ingest_profile_bench_reports_cpu_and_calls_per_score() -> None:
+    cmd = [sys.executable, str(ROOT / "bench" / "ingest_profile.py"), "--db", "sqlite", "-n", "20",
+           "--blocks", "2", "--profile", "--no-group-commit"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=180).stdout
+    head, calls = out.splitlines()[:2]
+    assert head.startswith("sqlite: 20 single-score ingests in 2 blocks:") and "in the kernel" in head
+    assert calls.endswith("Python function calls per score") and int(calls.split()[0]) > 0

@@ -17,7 +17,7 @@ import json
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
@@ -25,8 +25,7 @@ from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
 from sqlalchemy.engine import Connection
 
 from ..score import ScoreIn
-from .statements import JOB_STATE, LOCK_JOB, job_state
-from .tables import jobs, tenants
+from .statements import JOB_STATE, ingest_job
 
 #: The columns of a score row, in the order :meth:`Dialect.insert_scores` takes them: the job,
 #: every field of :class:`ScoreIn` (``metric`` resolved), and when it was received.
@@ -78,16 +77,16 @@ class Sqlite(Dialect):
 
     def __init__(self) -> None:
         dialect = sqlite.dialect()
-        self._read = {scoped: _compile(_read_query(scoped), dialect) for scoped in (False, True)}
+        self._read = {scoped: _compile(ingest_job(scoped, lock=False), dialect) for scoped in (False, True)}
         self._insert = (f"INSERT INTO scores ({', '.join(SCORE_COLUMNS)}) "
                         f"VALUES ({', '.join('?' for _ in SCORE_COLUMNS)})")
 
     def read_ingest_job(self, conn: Connection, job_id: str, tenant: str | None) -> dict[str, Any] | None:
-        sql, names, defaults = self._read[tenant is not None]
+        read = self._read[tenant is not None]
         given = {"job_id": job_id, "tenant": tenant}
-        cursor = _raw(conn).execute(sql, [given[n] if n in given else defaults[n] for n in names])
-        found = cursor.fetchone()
-        return None if found is None else dict(zip((d[0] for d in cursor.description), found, strict=True))
+        found = _raw(conn).execute(read.sql, [given[n] if n in given else read.defaults[n]
+                                             for n in read.params]).fetchone()
+        return None if found is None else dict(zip(read.columns, found, strict=True))
 
     def write_scores(
         self, conn: Connection, rows: Sequence[tuple[Any, ...]], job_id: str, state: dict[str, Any] | None
@@ -112,8 +111,9 @@ class Sqlite(Dialect):
 class Postgres(Dialect):
     """The ingest path runs on the driver connection, in few round trips (docs/service.md,
     "Round trips"): the job's lock and its state are sent together in one pipeline, then the new
-    scores and the monitor in one statement (a data-modifying CTE), then ``COMMIT``; with the
-    pool's pre-ping and psycopg's ``BEGIN``, five round trips for a single score (eight before)."""
+    scores and the monitor in one statement (a data-modifying CTE), then ``COMMIT``; with
+    psycopg's ``BEGIN``, four round trips for a single score (eight before; the pool's pre-ping
+    is replaced by a check at checkout, :mod:`.engine`)."""
 
     name = "postgresql"
     shared = True
@@ -123,7 +123,7 @@ class Postgres(Dialect):
 
     def __init__(self) -> None:
         dialect = psycopg_dialect()  # type: ignore[no-untyped-call]
-        self._lock = {scoped: _compile(LOCK_JOB[scoped], dialect) for scoped in (False, True)}
+        self._lock = {scoped: _compile(ingest_job(scoped, lock=True), dialect) for scoped in (False, True)}
         self._state = _compile(JOB_STATE, dialect)
         self._row = "(" + ", ".join("%s" for _ in SCORE_COLUMNS) + ")"
         self._insert = f"INSERT INTO scores ({', '.join(SCORE_COLUMNS)}) VALUES "
@@ -132,17 +132,18 @@ class Postgres(Dialect):
     def read_ingest_job(self, conn: Connection, job_id: str, tenant: str | None) -> dict[str, Any] | None:
         raw = _raw(conn)
         given = {"job_id": job_id, "tenant": tenant}
-        lock_sql, _, lock_defaults = self._lock[tenant is not None]
-        state_sql, _, state_defaults = self._state
-        with _wrapped(conn), raw.cursor() as lock, raw.cursor() as state:
+        lock, state = self._lock[tenant is not None], self._state
+        with _wrapped(conn), raw.cursor() as locked, raw.cursor() as read:
             with raw.pipeline():
-                lock.execute(lock_sql, {**lock_defaults, **given})
-                state.execute(state_sql, {**state_defaults, **given})
-            found = lock.fetchone()
+                locked.execute(lock.sql, {**lock.defaults, **given})
+                read.execute(state.sql, {**state.defaults, **given})
+            found = locked.fetchone()
             if found is None:
                 return None
-            job = dict(zip((d.name for d in lock.description), found, strict=True))
-            job.update(zip((d.name for d in state.description), state.fetchone(), strict=True))
+            # the names come from the compiled statement: reading the cursor's description built
+            # one driver object per column per request (a tenth of the CPU, by profile)
+            job = dict(zip(lock.columns, found, strict=True))
+            job.update(zip(state.columns, read.fetchone(), strict=True))
         return job
 
     def write_scores(
@@ -184,18 +185,20 @@ class Postgres(Dialect):
         return bool(conn.execute(sa.text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar())
 
 
-def _read_query(scoped: bool) -> sa.Select[Any]:
-    names = ("id", "metric", "detector", "state", "override", "shadow", "monitor_state")
-    cols = [jobs.c[n] for n in names]
-    state = job_state(jobs.c.id, jobs.c.metric)
-    query = (sa.select(*cols, tenants.c.shadow.label("tenant_shadow"), *state)
-             .join(tenants, tenants.c.name == jobs.c.tenant).where(jobs.c.id == sa.bindparam("job_id")))
-    return query.where(jobs.c.tenant == sa.bindparam("tenant")) if scoped else query
+class _Compiled(NamedTuple):
+    """A statement compiled once for the driver: its SQL, its parameters' names in order
+    (positional drivers), their defaults, and the names of its result columns."""
+
+    sql: str
+    params: tuple[str, ...]
+    defaults: dict[str, Any]
+    columns: tuple[str, ...]
 
 
-def _compile(query: sa.Select[Any], dialect: Any) -> tuple[str, tuple[str, ...], dict[str, Any]]:
+def _compile(query: sa.Select[Any], dialect: Any) -> _Compiled:
     compiled = query.compile(dialect=dialect)
-    return compiled.string, tuple(compiled.positiontup or ()), dict(compiled.params)
+    return _Compiled(compiled.string, tuple(compiled.positiontup or ()), dict(compiled.params),
+                     tuple(str(c.key) for c in query.selected_columns))
 
 
 @contextmanager

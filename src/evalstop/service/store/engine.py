@@ -11,6 +11,7 @@ serialise on ``SELECT ... FOR UPDATE`` of the job row.
 from __future__ import annotations
 
 import asyncio
+import select
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -136,7 +137,8 @@ def open_store(
         _configure_sqlite(engine, synchronous)
         dialect = Sqlite()
     else:
-        engine = sa.create_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True)
+        engine = sa.create_engine(url, pool_size=10, max_overflow=20)
+        _check_on_checkout(engine)
         dialect = Postgres()
     store = Store(engine, dialect, limits, group_commit=group_commit)
     if migrate:
@@ -150,6 +152,28 @@ def sqlite_file(database_url: str) -> Path | None:
     if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
         return None
     return Path(str(url.database))
+
+
+def _check_on_checkout(engine: Engine) -> None:
+    """A pooled connection the server has closed (a database restart, an idle timeout) is
+    replaced when it is checked out, as the pool's pre-ping would, without a round trip per
+    checkout: the server's goodbye (an error message, then end of file) makes the idle socket
+    readable, so a readable socket, or one the driver knows is closed, gets the real ping, and
+    a failed ping discards the connection (the pool then opens a new one). The pre-ping's round
+    trip was one of five per single score (docs/service.md, "Round trips"). What this misses, a
+    peer that vanished without a word (no FIN), the pre-ping would only have caught after a TCP
+    timeout as well."""
+
+    @sa.event.listens_for(engine, "checkout")
+    def _alive(dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
+        if dbapi_conn.closed:  # a broken connection is closed too
+            raise sa.exc.DisconnectionError("the database connection is closed")
+        if not select.select([dbapi_conn.fileno()], [], [], 0)[0]:
+            return  # nothing from the server while idle: the connection is open
+        try:
+            engine.dialect.do_ping(dbapi_conn)
+        except engine.dialect.loaded_dbapi.Error as exc:
+            raise sa.exc.DisconnectionError(f"the database connection failed its ping: {exc}") from exc
 
 
 def _configure_sqlite(engine: Engine, synchronous: str) -> None:

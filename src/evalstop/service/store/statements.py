@@ -20,6 +20,22 @@ def lock_query(scoped: bool) -> sa.Select[Any]:
 
 LOCK_JOB = {scoped: lock_query(scoped) for scoped in (False, True)}
 
+#: The job columns the ingest path reads (with the tenant's shadow flag and :func:`job_state`):
+#: only these, because every column of a result costs the driver a description entry per request.
+INGEST_COLUMNS = ("id", "metric", "detector", "state", "override", "shadow", "monitor_state")
+
+
+def ingest_job(scoped: bool, *, lock: bool) -> sa.Select[Any]:
+    """The job's :data:`INGEST_COLUMNS` and its tenant's shadow flag (as ``tenant_shadow``); with
+    ``lock``, the job row locked ``FOR UPDATE`` (PostgreSQL), else with :func:`job_state` too
+    (SQLite, whose transaction already holds the write lock)."""
+    state = [] if lock else job_state(jobs.c.id, jobs.c.metric)
+    query = (sa.select(*(jobs.c[n] for n in INGEST_COLUMNS), tenants.c.shadow.label("tenant_shadow"), *state)
+             .join(tenants, tenants.c.name == jobs.c.tenant).where(jobs.c.id == sa.bindparam("job_id")))
+    if lock:
+        query = query.with_for_update(of=jobs)
+    return query.where(jobs.c.tenant == sa.bindparam("tenant")) if scoped else query
+
 
 def job_state(job_id: Any, metric: Any) -> list[sa.ColumnElement[Any]]:
     """What ingest needs to know besides the job row: the watched metric's latest stored step,
