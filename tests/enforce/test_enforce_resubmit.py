@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("fastapi", reason="needs the service extra: pip install -e '.[service]'")
 
 import sqlalchemy as sa
-from slurm_cluster import SlurmCluster, missing, start_cluster
+from slurm_cluster import SlurmCluster, missing, private_cluster
 
 from evalstop.service import controls, domain
 from evalstop.service.adapters import JobRef, NotOwned
@@ -167,16 +167,10 @@ sleep 600
 
 @pytest.fixture(scope="module")
 def slurm() -> Iterator[SlurmCluster]:
-    reason = missing()
-    if reason:
+    if reason := missing():
         pytest.skip(reason)
-    root = Path(tempfile.mkdtemp(prefix="evs-slurm-"))
-    cluster = start_cluster(root)
-    try:
+    with private_cluster("evs-slurm-") as cluster:
         yield cluster
-    finally:
-        cluster.stop()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_slurm_rewind_stops_the_job_and_sbatches_the_next_attempt(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import Any
 
 import pytest
 from enforce_http import JsonHandler, serve
-from slurm_cluster import SlurmCluster, missing, start_cluster
+from slurm_cluster import SlurmCluster, missing, private_cluster
 
 from evalstop.service.adapters import AdapterError, JobRef, NotOwned, get_adapter
 from evalstop.service.adapters._common import PIN_MARKER
@@ -30,16 +29,10 @@ wait
 
 @pytest.fixture(scope="module")
 def slurm() -> Iterator[SlurmCluster]:
-    reason = missing()
-    if reason:
+    if reason := missing():
         pytest.skip(reason)
-    root = Path(tempfile.mkdtemp(prefix="evs-slurm-"))
-    cluster = start_cluster(root)
-    try:
+    with private_cluster("evs-slurm-") as cluster:
         yield cluster
-    finally:
-        cluster.stop()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def submit(slurm: SlurmCluster, out: Path, on_term: str) -> str:
