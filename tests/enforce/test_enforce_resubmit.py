@@ -4,10 +4,7 @@ service core (ingest, outbox, worker) against the real local engines."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -79,33 +76,6 @@ def _audit(ctx: ServiceContext, job_id: str) -> list[tuple[str, str]]:
 
 
 # -- Ray ------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def ray_head() -> Iterator[Any]:
-    pytest.importorskip("ray", reason="needs the ray extra: pip install -e '.[ray]'")
-    from evalstop.testbed.cluster import stop
-    from evalstop.testbed.ray_head import start_ray
-
-    root = Path(tempfile.mkdtemp(prefix="evs-ray-"))
-    head = start_ray(root, 2)
-    try:
-        yield head
-    finally:
-        stop(head)
-        shutil.rmtree(root, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def ray_client(ray_head: Any) -> Any:
-    from ray.job_submission import JobSubmissionClient
-
-    saved = {k: os.environ.pop(k) for k in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS") if k in os.environ}
-    try:
-        return JobSubmissionClient(ray_head.info["address"],
-                                   headers={"Authorization": f"Bearer {ray_head.info['token']}"})
-    finally:
-        os.environ.update(saved)
-
-
 def test_ray_rewind_stops_the_job_and_submits_the_next_attempt(
     ray_head: Any, ray_client: Any, tmp_path: Path
 ) -> None:
