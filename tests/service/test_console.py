@@ -282,3 +282,23 @@ def test_the_live_job_page_redraws_only_when_something_changed(api: Api) -> None
     assert changed.status_code == 200 and "1, last step 1" in changed.text
     other = api.job(api.tenant("other"))
     assert c.get(f"/ui/jobs/{other['id']}", params={"partial": "live"}).status_code == 404
+
+
+def test_a_tenants_sign_out_is_audited_with_its_token_events(api_any_db: Api, caplog: Any) -> None:
+    """A tenant's sign-out leaves a ``sign_out`` row in its token audit (once: a copy of the
+    cookie finds the session ended); an operator's, with no tenant to file it under, is logged."""
+    api = api_any_db
+    token = api.tenant("acme")
+    c = sign_in(api.client, token, "alice")
+    cookie = c.cookies.get("evalstop_session")
+    c.post("/ui/logout", data={"csrf": csrf_of(c.get("/ui/jobs").text)}, follow_redirects=False)
+    c.cookies.set("evalstop_session", cookie or "", path="/ui")
+    assert c.post("/ui/logout", data={"csrf": "any"}, follow_redirects=False).status_code == 303
+    trail = api.client.get("/v1/tenants/acme/token/audit", headers=api.as_(ADMIN)).json()
+    assert [(t["action"], t["principal"], t["actor"], t["channel"]) for t in trail] == [
+        ("sign_out", "tenant:acme", "alice", "console")]
+    with caplog.at_level("INFO", logger="evalstop.service.console"):
+        c = sign_in(api.client, ADMIN, "root")
+        c.post("/ui/logout", data={"csrf": csrf_of(c.get("/ui/jobs").text)}, follow_redirects=False)
+    assert "console sign-out: root (operator)" in caplog.text
+    assert len(api.client.get("/v1/tenants/acme/token/audit", headers=api.as_(ADMIN)).json()) == 1

@@ -176,7 +176,7 @@ def revoke_token(name: str, body: TokenRevokeIn, ctx: Ctx, who: Caller) -> dict[
 
 @router.get("/tenants/{name}/token/audit", response_model=list[TokenEventOut], tags=["tokens"])
 def token_audit(name: str, ctx: Ctx, who: Caller) -> list[dict[str, Any]]:
-    """Who rotated or revoked the tenant's token, when, why."""
+    """Who rotated or revoked the tenant's token, or signed out of its console sessions, when, why."""
     return tokens.history(ctx.store, name, controls.Actor(who.tenant))
 
 
