@@ -130,13 +130,17 @@ def test_filters_and_sorting(api: Api) -> None:
 def test_savings_page_shows_the_reports_numbers(api: Api) -> None:
     token = api.tenant("acme", shadow=True)
     job = api.job(token, gpus=4, expected_duration_s=36_000)
-    api.post(token, job["id"], {"scores": [{"step": s, "value": v} for s, v in DECLINING]})
+    rewound = api.job(token, name="r-job", on_detect="rewind", correction="kl_coef*=2")
+    for j in (job, rewound):
+        api.post(token, j["id"], {"scores": [{"step": s, "value": v} for s, v in DECLINING]})
     report = api.client.get("/v1/reports/shadow", headers=api.as_(ADMIN)).json()
     page = sign_in(api.client, ADMIN).get("/ui/savings").text
     shown = re.search(r'class="n-jobs">(\d+)</strong>.*?class="gpu-hours">([\d.]+)<', page, re.S)
     assert shown is not None
     want = (report[0]["would_stop_jobs"], f"{report[0]['gpu_hours']:.2f}")
-    assert (int(shown.group(1)), shown.group(2)) == want
+    assert (int(shown.group(1)), shown.group(2)) == want == (1, "40.00")
+    rewinds = re.search(r'class="n-rewinds">(\d+)</strong>.*?data-job-id="([^"]+)">r-job<', page, re.S)
+    assert rewinds is not None and rewinds.groups() == ("1", rewound["id"])
 
 
 def _failed_stop_signed_in(api: Api) -> tuple[dict[str, Any], Any]:
