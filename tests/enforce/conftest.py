@@ -1,5 +1,6 @@
 """Fixtures shared by the enforcement tests: a private Ray head and a Jobs API client of it
-(test_enforce_ray.py, test_enforce_resubmit.py). Each module that asks gets its own head."""
+(test_enforce_ray.py, test_enforce_resubmit.py), and a private single-node Slurm
+(test_enforce_slurm.py, test_enforce_resubmit.py). Each module that asks gets its own."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 
 from evalstop.testbed.cluster import Proc, stop
 from evalstop.testbed.ray_head import start_ray
+from evalstop.testbed.slurm_cluster import SlurmCluster, missing, private_cluster
 
 
 @pytest.fixture(scope="module")
@@ -42,3 +44,12 @@ def ray_client(ray_head: Proc) -> Any:
         return JobSubmissionClient(ray_head.info["address"], headers=auth)
     finally:
         os.environ.update(saved)
+
+
+@pytest.fixture(scope="module")
+def slurm() -> Iterator[SlurmCluster]:
+    """A real single-node Slurm (root and the slurm-wlm/munge packages, else skipped)."""
+    if reason := missing():
+        pytest.skip(reason)
+    with private_cluster("evs-slurm-") as cluster:
+        yield cluster

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("fastapi", reason="needs the service extra: pip install -e '.[service]'")
 
 import sqlalchemy as sa
-from slurm_cluster import SlurmCluster, missing, private_cluster
+from slurm_cluster import SlurmCluster
 
 from evalstop.service import controls, domain
 from evalstop.service.adapters import JobRef, NotOwned
@@ -135,23 +135,22 @@ sleep 600
 """
 
 
-@pytest.fixture(scope="module")
-def slurm() -> Iterator[SlurmCluster]:
-    if reason := missing():
-        pytest.skip(reason)
-    with private_cluster("evs-slurm-") as cluster:
-        yield cluster
+def _first_attempt(slurm: SlurmCluster, tmp_path: Path, **settings: Any) -> tuple[str, ServiceContext]:
+    """A first attempt running under account 'alpha' (its Slurm id), and a service (no worker
+    thread) whose Slurm adapter talks to ``slurm``."""
+    first = tmp_path / "first.sh"
+    first.write_text("#!/bin/bash\nsleep 600\n")
+    old_id = slurm.sbatch(first, "--account=alpha")
+    db, adapters = f"sqlite:///{tmp_path / 'e.db'}", {"slurm": {"slurm_conf": str(slurm.conf)}}
+    ctx = ServiceContext.build(ServiceSettings(database_url=db, run_worker=False, adapter_settings=adapters,
+                                               **settings))
+    return old_id, ctx
 
 
 def test_slurm_rewind_stops_the_job_and_sbatches_the_next_attempt(
     slurm: SlurmCluster, tmp_path: Path
 ) -> None:
-    first = tmp_path / "first.sh"
-    first.write_text("#!/bin/bash\nsleep 600\n")
-    old_id = slurm.sbatch(first, "--account=alpha")
-    settings = ServiceSettings(database_url=f"sqlite:///{tmp_path / 'e.db'}", run_worker=False,
-                               adapter_settings={"slurm": {"slurm_conf": str(slurm.conf)}})
-    ctx = ServiceContext.build(settings)
+    old_id, ctx = _first_attempt(slurm, tmp_path)
     domain.create_tenant(ctx.store, "acme", scope={"slurm": {"accounts": ["alpha"], "partitions": ["debug"]}})
     template = {"script": SCRIPT.format(out=tmp_path)}
     spec = domain.JobSpec(external_ref=old_id, target="slurm", detector="evalstop:k=2", grace_period_s=5,
@@ -183,12 +182,7 @@ def test_slurm_rewind_stops_the_job_and_sbatches_the_next_attempt(
 
 
 def test_a_stop_decided_before_the_resubmission_cancels_it(slurm: SlurmCluster, tmp_path: Path) -> None:
-    first = tmp_path / "first.sh"
-    first.write_text("#!/bin/bash\nsleep 600\n")
-    old_id = slurm.sbatch(first, "--account=alpha")
-    settings = ServiceSettings(database_url=f"sqlite:///{tmp_path / 'e.db'}", run_worker=False,
-                               adapter_settings={"slurm": {"slurm_conf": str(slurm.conf)}})
-    ctx = ServiceContext.build(settings)
+    old_id, ctx = _first_attempt(slurm, tmp_path)
     domain.create_tenant(ctx.store, "acme", scope={"slurm": {"accounts": ["alpha"]}})
     spec = domain.JobSpec(external_ref=old_id, target="slurm", detector="evalstop:k=2", grace_period_s=5,
                           on_detect="rewind", correction="lr*=0.5",
@@ -213,13 +207,7 @@ def test_a_refused_resubmission_fails_and_a_retry_resubmits(slurm: SlurmCluster,
     """The operator narrows the tenant's accounts after registration: the stop goes through but
     the resubmission under account 'beta' is refused (the job is stop_failed, nothing was
     submitted); with the scope restored, a retry of the delivery resubmits and the job runs."""
-    first = tmp_path / "first.sh"
-    first.write_text("#!/bin/bash\nsleep 600\n")
-    old_id = slurm.sbatch(first, "--account=alpha")
-    settings = ServiceSettings(database_url=f"sqlite:///{tmp_path / 'e.db'}", run_worker=False,
-                               adapter_settings={"slurm": {"slurm_conf": str(slurm.conf)}},
-                               worker_max_attempts=1)
-    ctx = ServiceContext.build(settings)
+    old_id, ctx = _first_attempt(slurm, tmp_path, worker_max_attempts=1)
     scope = {"slurm": {"accounts": ["alpha", "beta"]}}
     domain.create_tenant(ctx.store, "acme", scope=scope)
     spec = domain.JobSpec(external_ref=old_id, target="slurm", detector="evalstop:k=2", grace_period_s=5,

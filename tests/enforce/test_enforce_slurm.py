@@ -5,13 +5,12 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from enforce_http import JsonHandler, serve
-from slurm_cluster import SlurmCluster, missing, private_cluster
+from slurm_cluster import SlurmCluster
 
 from evalstop.service.adapters import AdapterError, JobRef, NotOwned, get_adapter
 from evalstop.service.adapters._common import PIN_MARKER
@@ -25,14 +24,6 @@ sleep 600 &
 wait
 wait
 """
-
-
-@pytest.fixture(scope="module")
-def slurm() -> Iterator[SlurmCluster]:
-    if reason := missing():
-        pytest.skip(reason)
-    with private_cluster("evs-slurm-") as cluster:
-        yield cluster
 
 
 def submit(slurm: SlurmCluster, out: Path, on_term: str) -> str:
