@@ -206,8 +206,10 @@ def test_a_stop_decided_before_the_resubmission_cancels_it(slurm: SlurmCluster, 
 def test_a_refused_resubmission_fails_and_a_retry_resubmits(slurm: SlurmCluster, tmp_path: Path) -> None:
     """The operator narrows the tenant's accounts after registration: the stop goes through but
     the resubmission under account 'beta' is refused (the job is stop_failed, nothing was
-    submitted); with the scope restored, a retry of the delivery resubmits and the job runs."""
-    old_id, ctx = _first_attempt(slurm, tmp_path, worker_max_attempts=1)
+    submitted); with the scope restored, a retry of the delivery resubmits and the job runs.
+    The refusal is final at its first attempt (NotOwned is not retryable); a stop that Slurm is
+    still completing at the reconcile is retried as usual (with one attempt it failed at load 7)."""
+    old_id, ctx = _first_attempt(slurm, tmp_path)
     scope = {"slurm": {"accounts": ["alpha", "beta"]}}
     domain.create_tenant(ctx.store, "acme", scope=scope)
     spec = domain.JobSpec(external_ref=old_id, target="slurm", detector="evalstop:k=2", grace_period_s=5,
