@@ -13,29 +13,15 @@ export of an older commit (``PYTHONPATH=old/src``) to compare; compare ratios on
 from __future__ import annotations
 
 import argparse
-import re
 import sys
-import tempfile
-import time
 from collections.abc import Sequence
 from typing import Any
 
-ADMIN = "bench-admin-token"
-
-
-def best_of(client: Any, url: str, params: dict[str, str], n: int = 5) -> tuple[Any, float]:
-    best, reply = float("inf"), None
-    for _ in range(n):
-        t0 = time.perf_counter()
-        reply = client.get(url, params=params)
-        best = min(best, time.perf_counter() - t0)
-    return reply, 1e3 * best
+from console_service import ADMIN, best_of, service, sign_in, tenant
 
 
 def register(client: Any, n: int) -> None:
-    admin = {"Authorization": f"Bearer {ADMIN}"}
-    token = client.post("/v1/tenants", json={"name": "bench"}, headers=admin).json()["token"]
-    auth = {"Authorization": f"Bearer {token}"}
+    auth = {"Authorization": f"Bearer {tenant(client)}"}
     for i in range(n):
         body = {"external_ref": f"bench-{i}", "target": "dry-run", "name": f"bench-job-{i:05d}",
                 "detector": "evalstop:k=2"}
@@ -46,34 +32,19 @@ def register(client: Any, n: int) -> None:
         client.post(f"/v1/jobs/{job}/scores", json={"scores": scores}, headers=auth).raise_for_status()
 
 
-def sign_in(client: Any) -> None:
-    csrf = re.search(r'name="csrf" value="([^"]+)"', client.get("/ui/login").text)
-    assert csrf is not None
-    client.post("/ui/login", data={"token": ADMIN, "csrf": csrf.group(1)})
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    from fastapi.testclient import TestClient
-    from pydantic import SecretStr
-
-    from evalstop.service.app import create_app
-    from evalstop.service.settings import ServiceSettings
-
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=1000, help="jobs registered (default 1000)")
     n = parser.parse_args(argv).jobs
-    with tempfile.TemporaryDirectory() as tmp:
-        settings = ServiceSettings(database_url=f"sqlite:///{tmp}/bench.db",
-                                   admin_token=SecretStr(ADMIN), run_worker=False)
-        with TestClient(create_app(settings)) as client:
-            register(client, n)
-            sign_in(client)
-            print(f"{n} jobs, one refresh of the job list, best of 5:")
-            for label, params in (("newest first", {}), ("by decision", {"sort": "decision", "dir": "asc"})):
-                reply, ms = best_of(client, "/ui/jobs", {"partial": "rows", **params})
-                rows = reply.text.count("<tr data-job-id=")
-                print(f"  {label:<14} {len(reply.content):>8} B {rows:>5} rows {ms:>8.1f} ms")
+    with service() as client:
+        register(client, n)
+        sign_in(client, ADMIN)
+        print(f"{n} jobs, one refresh of the job list, best of 5:")
+        for label, params in (("newest first", {}), ("by decision", {"sort": "decision", "dir": "asc"})):
+            reply, ms = best_of(client, "/ui/jobs", {"partial": "rows", **params})
+            rows = reply.text.count("<tr data-job-id=")
+            print(f"  {label:<14} {len(reply.content):>8} B {rows:>5} rows {ms:>8.1f} ms")
     return 0
 
 

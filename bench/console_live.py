@@ -14,27 +14,15 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-import tempfile
-import time
 from collections.abc import Sequence
 from typing import Any
 
-ADMIN = "bench-admin-token"
-
-
-def best_of(client: Any, url: str, params: dict[str, str], n: int = 5) -> tuple[Any, float]:
-    best, reply = float("inf"), None
-    for _ in range(n):
-        t0 = time.perf_counter()
-        reply = client.get(url, params=params)
-        best = min(best, time.perf_counter() - t0)
-    return reply, 1e3 * best
+from console_service import best_of, service, sign_in, tenant
 
 
 def job_with_evals(client: Any, n: int) -> tuple[str, str]:
     """A tenant's token and the id of its job with ``n`` evals."""
-    admin = {"Authorization": f"Bearer {ADMIN}"}
-    token = client.post("/v1/tenants", json={"name": "bench"}, headers=admin).json()["token"]
+    token = tenant(client)
     auth = {"Authorization": f"Bearer {token}"}
     body = {"external_ref": "b1", "target": "dry-run", "detector": "never"}
     job = client.post("/v1/jobs", json=body, headers=auth).json()["id"]
@@ -44,35 +32,20 @@ def job_with_evals(client: Any, n: int) -> tuple[str, str]:
     return token, job
 
 
-def sign_in(client: Any, token: str) -> None:
-    csrf = re.search(r'name="csrf" value="([^"]+)"', client.get("/ui/login").text)
-    assert csrf is not None
-    client.post("/ui/login", data={"token": token, "csrf": csrf.group(1)})
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    from fastapi.testclient import TestClient
-    from pydantic import SecretStr
-
-    from evalstop.service.app import create_app
-    from evalstop.service.settings import ServiceSettings
-
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--evals", type=int, default=20_000, help="evals posted to the job (default 20000)")
     n = parser.parse_args(argv).evals
-    with tempfile.TemporaryDirectory() as tmp:
-        settings = ServiceSettings(database_url=f"sqlite:///{tmp}/bench.db",
-                                   admin_token=SecretStr(ADMIN), run_worker=False)
-        with TestClient(create_app(settings)) as client:
-            token, job = job_with_evals(client, n)
-            sign_in(client, token)
-            url = f"/ui/jobs/{job}"
-            full, t_full = best_of(client, url, {})
-            live, t_live = best_of(client, url, {"partial": "live"})
-            digest = re.search(r'data-token="([0-9a-f]+)"', live.text)
-            assert digest is not None
-            quiet, t_quiet = best_of(client, url, {"partial": "live", "since": digest.group(1)})
+    with service() as client:
+        token, job = job_with_evals(client, n)
+        sign_in(client, token)
+        url = f"/ui/jobs/{job}"
+        full, t_full = best_of(client, url, {})
+        live, t_live = best_of(client, url, {"partial": "live"})
+        digest = re.search(r'data-token="([0-9a-f]+)"', live.text)
+        assert digest is not None
+        quiet, t_quiet = best_of(client, url, {"partial": "live", "since": digest.group(1)})
     print(f"job with {n} evals, best of 5:")
     print(f"  full page            {len(full.content):>8} B {t_full:>9.1f} ms")
     print(f"  live fragment        {len(live.content):>8} B {t_live:>9.1f} ms")

@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +14,7 @@ pytest.importorskip("ray", reason="needs the ray extra: pip install -e '.[ray]'"
 
 from evalstop.service.adapters import AdapterError, JobRef, NotOwned, get_adapter
 from evalstop.service.adapters._common import PIN_MARKER
-from evalstop.testbed.cluster import Proc, stop
-from evalstop.testbed.ray_head import start_ray
+from evalstop.testbed.cluster import Proc
 from evalstop.testing.adapter_contract import check_stop_sequence, check_unknown_job, wait_stopped
 
 pytestmark = pytest.mark.slow
@@ -39,31 +34,6 @@ time.sleep(600)
 """
 
 
-@pytest.fixture(scope="module")
-def head() -> Iterator[Proc]:
-    # A private short dir, not pytest's tmp: Ray's socket paths have a length limit.
-    root = Path(tempfile.mkdtemp(prefix="evs-ray-"))
-    head = start_ray(root, 2)  # returns once a job has run on it
-    try:
-        yield head
-    finally:
-        stop(head)
-        shutil.rmtree(root, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def client(head: Proc) -> Any:
-    from ray.job_submission import JobSubmissionClient
-
-    # RAY_ADDRESS / RAY_API_SERVER_ADDRESS would override the address we pass: hide them here.
-    saved = {k: os.environ.pop(k) for k in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS") if k in os.environ}
-    try:
-        auth = {"Authorization": f"Bearer {head.info['token']}"}
-        return JobSubmissionClient(head.info["address"], headers=auth)
-    finally:
-        os.environ.update(saved)
-
-
 def submit(client: Any, tmp_path: Path, mode: str, **kwargs: Any) -> str:
     script = tmp_path / "trainer.py"
     script.write_text(TRAINER)
@@ -81,40 +51,40 @@ def adapter_for(head: Proc, **extra: Any) -> Any:
     return get_adapter("ray", {"address": head.info["address"], "token": head.info["token"], **extra})
 
 
-def test_stop_sequence_pins_then_stops_gracefully(head: Proc, client: Any, tmp_path: Path) -> None:
-    sid = submit(client, tmp_path, "graceful")
+def test_stop_sequence_pins_then_stops_gracefully(ray_head: Proc, ray_client: Any, tmp_path: Path) -> None:
+    sid = submit(ray_client, tmp_path, "graceful")
     ckpt = tmp_path / "checkpoint-400"
     ckpt.mkdir()
     job = JobRef("job-1", "acme", sid)
-    adapter = adapter_for(head, pin_dir=str(tmp_path / "pins"))
+    adapter = adapter_for(ray_head, pin_dir=str(tmp_path / "pins"))
     adapter.pin_checkpoint(job, str(ckpt))
-    assert client.get_job_status(sid).value == "RUNNING"  # pinned before any stop
+    assert ray_client.get_job_status(sid).value == "RUNNING"  # pinned before any stop
     marker = json.loads((ckpt / PIN_MARKER).read_text())
     assert marker["checkpoint_uri"] == str(ckpt) and marker["external_ref"] == sid
     assert (tmp_path / "pins" / "acme" / "job-1.json").exists()
     check_stop_sequence(adapter, job, str(ckpt), timeout_s=HANG_S)
-    assert client.get_job_status(sid).value == "STOPPED"
+    assert ray_client.get_job_status(sid).value == "STOPPED"
     assert (tmp_path / "got-sigterm").read_text() == "bye"  # SIGTERM reached the trainer
 
 
-def test_job_ignoring_sigterm_is_killed(head: Proc, client: Any, tmp_path: Path) -> None:
-    sid = submit(client, tmp_path, "stubborn")
+def test_job_ignoring_sigterm_is_killed(ray_head: Proc, ray_client: Any, tmp_path: Path) -> None:
+    sid = submit(ray_client, tmp_path, "stubborn")
     job = JobRef("job-2", "acme", sid)
-    adapter = adapter_for(head)
+    adapter = adapter_for(ray_head)
     adapter.signal(job)  # SIGTERM is ignored; Ray SIGKILLs after RAY_JOB_STOP_WAIT_TIME_S
     adapter.hard_stop(job)
     assert wait_stopped(adapter, job, timeout_s=HANG_S)
     assert not (tmp_path / "got-sigterm").exists()
-    assert client.get_job_status(sid).value == "STOPPED"
+    assert ray_client.get_job_status(sid).value == "STOPPED"
 
 
-def test_unknown_submission_counts_as_stopped(head: Proc) -> None:
-    check_unknown_job(adapter_for(head), JobRef("job-3", "acme", "raysubmit_doesnotexist"))
+def test_unknown_submission_counts_as_stopped(ray_head: Proc) -> None:
+    check_unknown_job(adapter_for(ray_head), JobRef("job-3", "acme", "raysubmit_doesnotexist"))
 
 
-def test_wrong_token_is_a_permanent_error(head: Proc) -> None:
+def test_wrong_token_is_a_permanent_error(ray_head: Proc) -> None:
     with pytest.raises(AdapterError, match="ray status of job job-4") as err:
-        adapter_for(head, token="not-the-token").is_stopped(JobRef("job-4", "acme", "raysubmit_x"))
+        adapter_for(ray_head, token="not-the-token").is_stopped(JobRef("job-4", "acme", "raysubmit_x"))
     assert err.value.retryable is False
 
 
@@ -125,11 +95,11 @@ def test_unreachable_dashboard_is_retryable() -> None:
     assert err.value.retryable is True
 
 
-def test_ownership_is_checked_with_ray_metadata(head: Proc, client: Any, tmp_path: Path) -> None:
+def test_ownership_is_checked_with_ray_metadata(ray_head: Proc, ray_client: Any, tmp_path: Path) -> None:
     """Ray reports the metadata the job was submitted with: a tenant whose scope names other
     metadata (or another id prefix) is refused before any stop is sent."""
-    sid = submit(client, tmp_path, "graceful", metadata={"team": "alice"})
-    adapter = adapter_for(head)
+    sid = submit(ray_client, tmp_path, "graceful", metadata={"team": "alice"})
+    adapter = adapter_for(ray_head)
     adapter.check_owner(JobRef("j", "alice", sid, scope={"ray": {"metadata": {"team": "alice"}}}))
     with pytest.raises(NotOwned, match="metadata"):
         adapter.check_owner(JobRef("j", "mallory", sid, scope={"ray": {"metadata": {"team": "mallory"}}}))

@@ -4,12 +4,9 @@ service core (ingest, outbox, worker) against the real local engines."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +15,7 @@ import pytest
 pytest.importorskip("fastapi", reason="needs the service extra: pip install -e '.[service]'")
 
 import sqlalchemy as sa
-from slurm_cluster import SlurmCluster, missing, start_cluster
+from slurm_cluster import SlurmCluster
 
 from evalstop.service import controls, domain
 from evalstop.service.adapters import JobRef, NotOwned
@@ -79,33 +76,6 @@ def _audit(ctx: ServiceContext, job_id: str) -> list[tuple[str, str]]:
 
 
 # -- Ray ------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def ray_head() -> Iterator[Any]:
-    pytest.importorskip("ray", reason="needs the ray extra: pip install -e '.[ray]'")
-    from evalstop.testbed.cluster import stop
-    from evalstop.testbed.ray_head import start_ray
-
-    root = Path(tempfile.mkdtemp(prefix="evs-ray-"))
-    head = start_ray(root, 2)
-    try:
-        yield head
-    finally:
-        stop(head)
-        shutil.rmtree(root, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def ray_client(ray_head: Any) -> Any:
-    from ray.job_submission import JobSubmissionClient
-
-    saved = {k: os.environ.pop(k) for k in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS") if k in os.environ}
-    try:
-        return JobSubmissionClient(ray_head.info["address"],
-                                   headers={"Authorization": f"Bearer {ray_head.info['token']}"})
-    finally:
-        os.environ.update(saved)
-
-
 def test_ray_rewind_stops_the_job_and_submits_the_next_attempt(
     ray_head: Any, ray_client: Any, tmp_path: Path
 ) -> None:
@@ -165,29 +135,22 @@ sleep 600
 """
 
 
-@pytest.fixture(scope="module")
-def slurm() -> Iterator[SlurmCluster]:
-    reason = missing()
-    if reason:
-        pytest.skip(reason)
-    root = Path(tempfile.mkdtemp(prefix="evs-slurm-"))
-    cluster = start_cluster(root)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-        shutil.rmtree(root, ignore_errors=True)
+def _first_attempt(slurm: SlurmCluster, tmp_path: Path, **settings: Any) -> tuple[str, ServiceContext]:
+    """A first attempt running under account 'alpha' (its Slurm id), and a service (no worker
+    thread) whose Slurm adapter talks to ``slurm``."""
+    first = tmp_path / "first.sh"
+    first.write_text("#!/bin/bash\nsleep 600\n")
+    old_id = slurm.sbatch(first, "--account=alpha")
+    db, adapters = f"sqlite:///{tmp_path / 'e.db'}", {"slurm": {"slurm_conf": str(slurm.conf)}}
+    ctx = ServiceContext.build(ServiceSettings(database_url=db, run_worker=False, adapter_settings=adapters,
+                                               **settings))
+    return old_id, ctx
 
 
 def test_slurm_rewind_stops_the_job_and_sbatches_the_next_attempt(
     slurm: SlurmCluster, tmp_path: Path
 ) -> None:
-    first = tmp_path / "first.sh"
-    first.write_text("#!/bin/bash\nsleep 600\n")
-    old_id = slurm.sbatch(first, "--account=alpha")
-    settings = ServiceSettings(database_url=f"sqlite:///{tmp_path / 'e.db'}", run_worker=False,
-                               adapter_settings={"slurm": {"slurm_conf": str(slurm.conf)}})
-    ctx = ServiceContext.build(settings)
+    old_id, ctx = _first_attempt(slurm, tmp_path)
     domain.create_tenant(ctx.store, "acme", scope={"slurm": {"accounts": ["alpha"], "partitions": ["debug"]}})
     template = {"script": SCRIPT.format(out=tmp_path)}
     spec = domain.JobSpec(external_ref=old_id, target="slurm", detector="evalstop:k=2", grace_period_s=5,
@@ -219,12 +182,7 @@ def test_slurm_rewind_stops_the_job_and_sbatches_the_next_attempt(
 
 
 def test_a_stop_decided_before_the_resubmission_cancels_it(slurm: SlurmCluster, tmp_path: Path) -> None:
-    first = tmp_path / "first.sh"
-    first.write_text("#!/bin/bash\nsleep 600\n")
-    old_id = slurm.sbatch(first, "--account=alpha")
-    settings = ServiceSettings(database_url=f"sqlite:///{tmp_path / 'e.db'}", run_worker=False,
-                               adapter_settings={"slurm": {"slurm_conf": str(slurm.conf)}})
-    ctx = ServiceContext.build(settings)
+    old_id, ctx = _first_attempt(slurm, tmp_path)
     domain.create_tenant(ctx.store, "acme", scope={"slurm": {"accounts": ["alpha"]}})
     spec = domain.JobSpec(external_ref=old_id, target="slurm", detector="evalstop:k=2", grace_period_s=5,
                           on_detect="rewind", correction="lr*=0.5",
@@ -248,14 +206,10 @@ def test_a_stop_decided_before_the_resubmission_cancels_it(slurm: SlurmCluster, 
 def test_a_refused_resubmission_fails_and_a_retry_resubmits(slurm: SlurmCluster, tmp_path: Path) -> None:
     """The operator narrows the tenant's accounts after registration: the stop goes through but
     the resubmission under account 'beta' is refused (the job is stop_failed, nothing was
-    submitted); with the scope restored, a retry of the delivery resubmits and the job runs."""
-    first = tmp_path / "first.sh"
-    first.write_text("#!/bin/bash\nsleep 600\n")
-    old_id = slurm.sbatch(first, "--account=alpha")
-    settings = ServiceSettings(database_url=f"sqlite:///{tmp_path / 'e.db'}", run_worker=False,
-                               adapter_settings={"slurm": {"slurm_conf": str(slurm.conf)}},
-                               worker_max_attempts=1)
-    ctx = ServiceContext.build(settings)
+    submitted); with the scope restored, a retry of the delivery resubmits and the job runs.
+    The refusal is final at its first attempt (NotOwned is not retryable); a stop that Slurm is
+    still completing at the reconcile is retried as usual (with one attempt it failed at load 7)."""
+    old_id, ctx = _first_attempt(slurm, tmp_path)
     scope = {"slurm": {"accounts": ["alpha", "beta"]}}
     domain.create_tenant(ctx.store, "acme", scope=scope)
     spec = domain.JobSpec(external_ref=old_id, target="slurm", detector="evalstop:k=2", grace_period_s=5,

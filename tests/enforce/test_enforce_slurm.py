@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from enforce_http import JsonHandler, serve
-from slurm_cluster import SlurmCluster, missing, start_cluster
+from slurm_cluster import SlurmCluster
 
 from evalstop.service.adapters import AdapterError, JobRef, NotOwned, get_adapter
 from evalstop.service.adapters._common import PIN_MARKER
@@ -26,20 +24,6 @@ sleep 600 &
 wait
 wait
 """
-
-
-@pytest.fixture(scope="module")
-def slurm() -> Iterator[SlurmCluster]:
-    reason = missing()
-    if reason:
-        pytest.skip(reason)
-    root = Path(tempfile.mkdtemp(prefix="evs-slurm-"))
-    cluster = start_cluster(root)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def submit(slurm: SlurmCluster, out: Path, on_term: str) -> str:

@@ -6,6 +6,9 @@ from typing import Any
 
 import pytest
 
+from evalstop.service import domain
+from evalstop.service.schemas import TenantOut
+
 from ._support import ADMIN, Api
 
 DECLINING = [(1, 0.50), (2, 0.61), (3, 0.58), (4, 0.57), (5, 0.40)]  # k=2 fires at step 4
@@ -116,6 +119,10 @@ def test_tenant_shadow_mode_is_operator_only_and_applies_to_its_jobs(api: Api) -
     assert r.status_code == 403
     r = api.client.put("/v1/tenants/acme/shadow", json={"enabled": True}, headers=api.as_(ADMIN))
     assert r.status_code == 200 and r.json()["shadow"] is True
+    assert [r.json()] == api.client.get("/v1/tenants", headers=api.as_(ADMIN)).json()  # the whole tenant
+    # the domain's reply is the response model's whole shape, not {name, shadow} under its name
+    done = domain.set_tenant_shadow(api.ctx.store, "acme", True)
+    assert set(done) == set(TenantOut.model_fields) and done["created_at"] > 0
     job = api.job(token)
     replies = post_curve(api, token, job["id"], DECLINING)
     assert replies[-1]["shadow_stop"] and replies[-1]["decision"] == "continue"

@@ -12,8 +12,6 @@ import hmac
 import itertools
 import json
 import os
-import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -33,7 +31,7 @@ from evalstop.service.adapters._slurm import check_slurm_owner
 from evalstop.service.adapters._webhook import verify_signature
 from evalstop.service.app import create_app
 from evalstop.service.store import jobs, service_secrets, tenants
-from evalstop.testbed.slurm_cluster import SlurmCluster, missing, start_cluster
+from evalstop.testbed.slurm_cluster import SlurmCluster, missing, private_cluster
 
 from ._support import ADMIN, Api, make_settings, wait_for
 
@@ -717,16 +715,10 @@ TRAIN = "#!/bin/bash\nsleep 600\n"
 @pytest.fixture(scope="module")
 def slurm() -> Iterator[SlurmCluster]:
     """A real single-node Slurm (the enforcement tests' one), any account accepted."""
-    reason = missing()
-    if reason:
+    if reason := missing():
         pytest.skip(reason)
-    root = Path(tempfile.mkdtemp(prefix="evs-attack-slurm-"))
-    cluster = start_cluster(root)
-    try:
+    with private_cluster("evs-attack-slurm-") as cluster:
         yield cluster
-    finally:
-        cluster.stop()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture

@@ -130,13 +130,17 @@ def test_filters_and_sorting(api: Api) -> None:
 def test_savings_page_shows_the_reports_numbers(api: Api) -> None:
     token = api.tenant("acme", shadow=True)
     job = api.job(token, gpus=4, expected_duration_s=36_000)
-    api.post(token, job["id"], {"scores": [{"step": s, "value": v} for s, v in DECLINING]})
+    rewound = api.job(token, name="r-job", on_detect="rewind", correction="kl_coef*=2")
+    for j in (job, rewound):
+        api.post(token, j["id"], {"scores": [{"step": s, "value": v} for s, v in DECLINING]})
     report = api.client.get("/v1/reports/shadow", headers=api.as_(ADMIN)).json()
     page = sign_in(api.client, ADMIN).get("/ui/savings").text
     shown = re.search(r'class="n-jobs">(\d+)</strong>.*?class="gpu-hours">([\d.]+)<', page, re.S)
     assert shown is not None
     want = (report[0]["would_stop_jobs"], f"{report[0]['gpu_hours']:.2f}")
-    assert (int(shown.group(1)), shown.group(2)) == want
+    assert (int(shown.group(1)), shown.group(2)) == want == (1, "40.00")
+    rewinds = re.search(r'class="n-rewinds">(\d+)</strong>.*?data-job-id="([^"]+)">r-job<', page, re.S)
+    assert rewinds is not None and rewinds.groups() == ("1", rewound["id"])
 
 
 def _failed_stop_signed_in(api: Api) -> tuple[dict[str, Any], Any]:
@@ -282,3 +286,23 @@ def test_the_live_job_page_redraws_only_when_something_changed(api: Api) -> None
     assert changed.status_code == 200 and "1, last step 1" in changed.text
     other = api.job(api.tenant("other"))
     assert c.get(f"/ui/jobs/{other['id']}", params={"partial": "live"}).status_code == 404
+
+
+def test_a_tenants_sign_out_is_audited_with_its_token_events(api_any_db: Api, caplog: Any) -> None:
+    """A tenant's sign-out leaves a ``sign_out`` row in its token audit (once: a copy of the
+    cookie finds the session ended); an operator's, with no tenant to file it under, is logged."""
+    api = api_any_db
+    token = api.tenant("acme")
+    c = sign_in(api.client, token, "alice")
+    cookie = c.cookies.get("evalstop_session")
+    c.post("/ui/logout", data={"csrf": csrf_of(c.get("/ui/jobs").text)}, follow_redirects=False)
+    c.cookies.set("evalstop_session", cookie or "", path="/ui")
+    assert c.post("/ui/logout", data={"csrf": "any"}, follow_redirects=False).status_code == 303
+    trail = api.client.get("/v1/tenants/acme/token/audit", headers=api.as_(ADMIN)).json()
+    assert [(t["action"], t["principal"], t["actor"], t["channel"]) for t in trail] == [
+        ("sign_out", "tenant:acme", "alice", "console")]
+    with caplog.at_level("INFO", logger="evalstop.service.console"):
+        c = sign_in(api.client, ADMIN, "root")
+        c.post("/ui/logout", data={"csrf": csrf_of(c.get("/ui/jobs").text)}, follow_redirects=False)
+    assert "console sign-out: root (operator)" in caplog.text
+    assert len(api.client.get("/v1/tenants/acme/token/audit", headers=api.as_(ADMIN)).json()) == 1

@@ -135,3 +135,22 @@ def test_a_job_whose_stop_failed_can_be_released_and_its_reference_reused(api_an
     assert api.client.post("/v1/jobs", json=again, headers=api.as_(token)).status_code == 201
     trail = api.client.get(f"{url}/audit", headers=api.as_(token)).json()
     assert [(a["action"], a["reason"]) for a in trail] == [("release", "killed by hand")]
+
+
+def test_a_shadow_rewind_is_counted_apart_from_would_have_stopped(api_any_db: Api) -> None:
+    """A shadow job under a rewind policy: its rule's shadow decision is a rewind, not a stop,
+    so it is in ``would_rewind_jobs``/``rewinds`` and not in ``would_stop_jobs`` or the GPU-hours."""
+    api = api_any_db
+    token = api.tenant("acme", shadow=True)
+    stop = api.job(token, gpus=4, expected_duration_s=36_000)
+    rewind = api.job(token, gpus=4, expected_duration_s=36_000, on_detect="rewind", correction="kl_coef*=2")
+    for job in (stop, rewind):
+        api.post(token, job["id"], scores(DECLINING))
+    (decision,) = api.client.get(f"/v1/jobs/{rewind['id']}/decisions", headers=api.as_(token)).json()
+    assert (decision["decision"], decision["shadow"]) == ("rewind", True)
+    (report,) = api.client.get("/v1/reports/shadow", headers=api.as_(token)).json()
+    assert [j["job_id"] for j in report["jobs"]] == [stop["id"]] and report["would_stop_jobs"] == 1
+    assert report["gpu_hours"] == pytest.approx(40.0, abs=0.01)  # the stop's 4 GPUs x ~10 h, not 80
+    assert report["would_rewind_jobs"] == 1
+    (entry,) = report["rewinds"]
+    assert (entry["job_id"], entry["step"], entry["state"]) == (rewind["id"], 4, "running")

@@ -105,7 +105,7 @@ def set_tenant_policy(store: Store, name: str, *, scope: Any = ..., quota: Any =
     if quota is not ...:
         values["quota"] = _quota_json(quota)
     tenant_store.update(store, name, **values)
-    return next(t for t in list_tenants(store) if t["name"] == name)
+    return _tenant(store, name)
 
 
 def tenant_policy(store: Store, name: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
@@ -124,8 +124,14 @@ def list_tenants(store: Store) -> list[dict[str, Any]]:
 
 
 def set_tenant_shadow(store: Store, name: str, enabled: bool) -> dict[str, Any]:
+    """Turn a tenant's shadow mode on or off; returns the tenant (a ``TenantOut``)."""
     tenant_store.update(store, name, shadow=enabled)
-    return {"name": name, "shadow": enabled}
+    return _tenant(store, name)
+
+
+def _tenant(store: Store, name: str) -> dict[str, Any]:
+    """Tenant ``name`` as :func:`list_tenants` shows it (the caller has just found it)."""
+    return next(t for t in list_tenants(store) if t["name"] == name)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,10 @@ them): a job released by hand after its stop failed is counted in ``released_job
 GPU-hours. A shadow job that was then stopped by hand (an enforced ``stop_now``, delivered) counts
 in reclaimed, where its hours were really saved, and not in "would have stopped"
 (``shadow_summary`` counts it in ``reclaimed_jobs`` instead).
+
+A shadow *rewind* (the job's policy is ``on_detect: rewind``) is not a stop: enforced, the job
+would have gone back to its best checkpoint and gone on, holding its GPUs. So it is counted
+apart, in ``would_rewind_jobs`` and ``rewinds`` (no GPU-hours), never in ``would_stop_jobs``.
 """
 
 from __future__ import annotations
@@ -58,16 +62,26 @@ def _group(
     return grouped
 
 
+def _rewind_entry(row: Any) -> dict[str, Any]:
+    return {"job_id": row.id, "name": row.name, "state": row.state,
+            "released": row.state == "stopped" and not row.delivered, "gpus": row.gpus,
+            "step": row.step, "reason": row.reason, "decided_at": row.decided_at}
+
+
 def shadow_summary(store: Store, tenant: str | None) -> list[dict[str, Any]]:
-    """Per tenant: the jobs a shadow decision would have stopped, and the GPU-hours that saves."""
+    """Per tenant: the jobs a shadow decision would have stopped, and the GPU-hours that saves;
+    apart, the jobs a shadow decision would have rewound (``would_rewind_jobs``, ``rewinds``)."""
     names, shadow_flags, rows = report_store.shadow_decisions(store, tenant)
-    entries = [(r.tenant, _job_entry(r, r.decided_at, step=r.step, reason=r.reason)) for r in rows
-               if not r.delivered]
+    pending = [r for r in rows if not r.delivered]
+    entries = [(r.tenant, _job_entry(r, r.decided_at, step=r.step, reason=r.reason)) for r in pending
+               if r.decision != "rewind"]
+    rewinds = _group(names, [(r.tenant, _rewind_entry(r)) for r in pending if r.decision == "rewind"])
     stopped = _group(names, [(r.tenant, {}) for r in rows if r.delivered])
     return [{"tenant": name, "shadow": bool(shadow_flags.get(name, False)), "would_stop_jobs": len(found),
              "gpu_hours": sum(e["gpu_hours"] for e in found),
              "lower_bound_jobs": sum(e["basis"] == "lower_bound" for e in found),
-             "reclaimed_jobs": len(stopped.get(name, [])), "jobs": found}
+             "would_rewind_jobs": len(rewinds.get(name, [])),
+             "reclaimed_jobs": len(stopped.get(name, [])), "jobs": found, "rewinds": rewinds.get(name, [])}
             for name, found in _group(names, entries).items()]
 
 

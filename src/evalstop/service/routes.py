@@ -150,8 +150,7 @@ def list_tenants(ctx: Ctx, who: Caller) -> list[dict[str, Any]]:
 @router.put("/tenants/{name}/shadow", response_model=TenantOut, tags=["operators"])
 def set_tenant_shadow(name: str, body: Toggle, ctx: Ctx, who: Caller) -> dict[str, Any]:
     domain.require_admin(who.tenant, "change a tenant's shadow mode")
-    domain.set_tenant_shadow(ctx.store, name, body.enabled)
-    return next(t for t in domain.list_tenants(ctx.store) if t["name"] == name)
+    return domain.set_tenant_shadow(ctx.store, name, body.enabled)
 
 
 # -- tokens: rotate, revoke, their audit (service/tokens.py; docs/service.md "Tokens") -----------
@@ -176,7 +175,7 @@ def revoke_token(name: str, body: TokenRevokeIn, ctx: Ctx, who: Caller) -> dict[
 
 @router.get("/tenants/{name}/token/audit", response_model=list[TokenEventOut], tags=["tokens"])
 def token_audit(name: str, ctx: Ctx, who: Caller) -> list[dict[str, Any]]:
-    """Who rotated or revoked the tenant's token, when, why."""
+    """Who rotated or revoked the tenant's token, or signed out of its console sessions, when, why."""
     return tokens.history(ctx.store, name, controls.Actor(who.tenant))
 
 

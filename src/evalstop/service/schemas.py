@@ -276,7 +276,7 @@ class TokenRevoked(BaseModel):
 
 
 class TokenEventOut(BaseModel):
-    action: Literal["rotate", "revoke"]
+    action: Literal["rotate", "revoke", "sign_out"]
     principal: str
     actor: str
     reason: str

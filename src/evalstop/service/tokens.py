@@ -1,8 +1,8 @@
 """Tenant API tokens: rotate (a new token, shown once, stored hashed; the old one valid for an
 optional grace) and revoke (the token is no one's). An operator acts on any tenant, a tenant on
 its own token only. Each change is audited (``token_events``) and ends the tenant's console
-sessions, in one transaction. Replicas refuse the old token within ``token_cache_s``
-(docs/service.md, "Tokens")."""
+sessions, in one transaction; a console sign-out is audited there too (``console/auth.py``).
+Replicas refuse the old token within ``token_cache_s`` (docs/service.md, "Tokens")."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def rotate(
         raise InvalidInput(f"grace_s must be between 0 and {MAX_GRACE_S:g} seconds. Got {grace_s!r}.")
     _check_reason(reason)
     token = new_token()
-    event = _event(actor, "rotate", reason)
+    event = audit_event(actor, "rotate", reason)
     until = tenant_store.rotate_token(store, name, hash_token(token), grace_s, event)
     return {"name": name, "token": token, "previous_valid_until": until}
 
@@ -48,12 +48,12 @@ def revoke(store: Store, name: str, actor: Actor, *, reason: str = "") -> dict[s
     rotation by an operator gives the tenant a token again. Returns ``{name, revoked_at}``."""
     authorize(actor, name, "revoke")
     _check_reason(reason)
-    when = tenant_store.revoke_token(store, name, _event(actor, "revoke", reason))
+    when = tenant_store.revoke_token(store, name, audit_event(actor, "revoke", reason))
     return {"name": name, "revoked_at": when}
 
 
 def history(store: Store, name: str, actor: Actor) -> list[dict[str, Any]]:
-    """The tenant's token rotations and revocations, oldest first."""
+    """The tenant's token rotations and revocations and its console sign-outs, oldest first."""
     authorize(actor, name, "read the audit of")
     tenant_store.exists(store, name)
     return tenant_store.token_history(store, name)
@@ -64,6 +64,7 @@ def _check_reason(reason: str) -> None:
         raise InvalidInput(f"reason must be at most {MAX_REASON} characters. Got {len(reason)}.")
 
 
-def _event(actor: Actor, action: str, reason: str) -> dict[str, Any]:
+def audit_event(actor: Actor, action: str, reason: str) -> dict[str, Any]:
+    """The ``token_events`` row of ``action`` by ``actor`` (without tenant, time and grace)."""
     return {"action": action, "principal": actor.principal, "actor": (actor.name or actor.principal)[:200],
             "reason": reason, "channel": actor.channel}

@@ -5,17 +5,19 @@ points the client commands at it); the daemons are our child processes and are s
 handles. The node declares ``cpus`` CPUs whatever the machine has (``config_overrides``) and
 allocates them one by one (``CR_CPU``), so a job asking for one CPU takes one slot. Needs root
 and Debian's ``slurm-wlm`` and ``munge`` packages (``scripts/setup.d/25-enforce.sh``). Used by
-the testbed's Slurm engine and by tests/enforce/test_enforce_slurm.py.
+the testbed's Slurm engine (:func:`start_cluster`) and by the tests (:func:`private_cluster`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -128,6 +130,21 @@ def start_cluster(root: Path, cpus: int = 2, timeout_s: float = 60.0) -> SlurmCl
         cluster.stop()
         raise
     return cluster
+
+
+@contextlib.contextmanager
+def private_cluster(prefix: str = "evs-slurm-", cpus: int = 2) -> Iterator[SlurmCluster]:
+    """:func:`start_cluster` in a fresh temporary directory (named ``prefix…``); on exit the
+    cluster is stopped and the directory removed. The caller checks :func:`missing` first."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        cluster = start_cluster(root, cpus)
+        try:
+            yield cluster
+        finally:
+            cluster.stop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def _write_conf(cluster: SlurmCluster, sock: Path) -> None:

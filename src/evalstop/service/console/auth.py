@@ -8,7 +8,9 @@ generated and stored in the database (``service_secrets``), so every replica acc
 cookies. Nothing in the cookie depends on the admin token, so a cookie says nothing about it.
 The database holds only the sha256 of each id. Each request reads the session's row: signing
 out, or rotating or revoking the tenant's token, ends the session for every copy of its cookie.
-An operator session also ends when the admin token changes.
+An operator session also ends when the admin token changes. A tenant's sign-out is audited with
+its token's changes (``token_events``, action ``sign_out``), in the same transaction; an
+operator's, which has no tenant to be filed under, is logged (docs/service.md, "Operator console").
 """
 
 from __future__ import annotations
@@ -16,20 +18,24 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import logging
 import secrets
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from ..actors import Actor
 from ..settings import ServiceSettings
 from ..store import Store
 from ..store import session as session_store
 from ..store import tenant as tenant_store
+from ..tokens import audit_event
 
 SESSION_COOKIE = "evalstop_session"
 LOGIN_COOKIE = "evalstop_login_csrf"
 SESSION_S = 8 * 3600
 SECRET_NAME = "console-session"
+log = logging.getLogger("evalstop.service.console")
 
 
 @dataclass(frozen=True)
@@ -78,7 +84,13 @@ class ConsoleAuth:
         return s
 
     def sign_out(self, s: Session) -> None:
-        session_store.revoke(self.store, _sha256(s.sid), self.clock())
+        """End ``s`` for every copy of its cookie, and audit it (see the module's docstring)."""
+        actor = Actor(s.tenant, s.name, "console")
+        event = None if s.tenant is None else {
+            "tenant": s.tenant, "grace_s": 0.0, **audit_event(actor, "sign_out", "")}
+        ended = session_store.revoke(self.store, _sha256(s.sid), self.clock(), event)
+        if ended and s.tenant is None:
+            log.info("console sign-out: %s", actor.display)
 
     # -- the cookie ----------------------------------------------------------------------------
     def encode(self, s: Session) -> str:

@@ -40,11 +40,11 @@ def _tenant_names(conn: Connection, tenant: str | None) -> list[str]:
 def shadow_decisions(store: Store, tenant: str | None) -> tuple[list[str], dict[str, bool], list[Any]]:
     """The tenants in scope, their shadow flags, and every shadow detector decision with its job
     (``id, tenant, name, gpus, created_at, expected_duration_s, state, last_seen, step, reason,
-    decided_at, delivered``: whether the job was then stopped by an enforced, delivered stop),
-    in decision order."""
+    decided_at, delivered``: whether the job was then stopped by an enforced, delivered stop;
+    ``decision``: ``stop``, or ``rewind`` for a job under a rewind policy), in decision order."""
     query = (sa.select(*_JOB_COLS, _last_seen().label("last_seen"), decisions.c.step,
                        decisions.c.reason, decisions.c.created_at.label("decided_at"),
-                       delivered().label("delivered"))
+                       delivered().label("delivered"), decisions.c.decision)
              .join(decisions, decisions.c.job_id == jobs.c.id)
              .where(decisions.c.shadow.is_(True), decisions.c.source == "detector")
              .order_by(decisions.c.created_at, jobs.c.id))

@@ -10,7 +10,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from .engine import Store
-from .tables import console_sessions, service_secrets
+from .tables import console_sessions, service_secrets, token_events
 
 
 def shared_secret(store: Store, name: str) -> str:
@@ -43,12 +43,19 @@ def live(store: Store, id_hash: str, now: float) -> dict[str, Any] | None:
     return None if found is None else dict(found)
 
 
-def revoke(store: Store, id_hash: str, now: float) -> None:
-    """End one session (sign-out); its cookie, wherever it was copied, is refused from now on."""
+def revoke(store: Store, id_hash: str, now: float, event: Mapping[str, Any] | None = None) -> bool:
+    """End one session (sign-out); its cookie, wherever it was copied, is refused from now on.
+    ``event`` (a ``token_events`` row without its time) is recorded in the same transaction if
+    this call ended the session. True if it did (False: it had ended already)."""
     with store.transaction() as conn:
-        conn.execute(console_sessions.update()
-                     .where(console_sessions.c.id_hash == id_hash, console_sessions.c.revoked_at.is_(None))
-                     .values(revoked_at=now))
+        done = conn.execute(console_sessions.update()
+                            .where(console_sessions.c.id_hash == id_hash,
+                                   console_sessions.c.revoked_at.is_(None))
+                            .values(revoked_at=now))
+        ended = done.rowcount == 1
+        if ended and event is not None:
+            conn.execute(token_events.insert().values(created_at=now, **event))
+    return ended
 
 
 def sweep(store: Store, now: float, batch: int) -> int:

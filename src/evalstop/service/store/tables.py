@@ -177,13 +177,14 @@ delivery_events = sa.Table(
 
 
 # -- tokens and console sessions (issue 22, items 5-7; store/tenant.py, store/session.py) ----------
-#: Every rotation and revocation of a tenant's API token: who, when, why, through what.
+#: Every rotation and revocation of a tenant's API token, and every console sign-out of the
+#: tenant's sessions: who, when, why, through what.
 token_events = sa.Table(
     "token_events",
     metadata,
     sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
     sa.Column("tenant", sa.String(64), sa.ForeignKey("tenants.name"), nullable=False, index=True),
-    sa.Column("action", sa.String(16), nullable=False),  # "rotate" | "revoke"
+    sa.Column("action", sa.String(16), nullable=False),  # "rotate" | "revoke" | "sign_out"
     sa.Column("principal", sa.String(80), nullable=False),  # "operator" or "tenant:NAME"
     sa.Column("actor", sa.String(200), nullable=False),
     sa.Column("reason", sa.String(1000), nullable=False),
