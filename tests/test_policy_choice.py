@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
+
+import pytest
 
 from evalstop.detectors import Eval
 from evalstop.experiments import cadence_policy, policy_choice
@@ -56,3 +62,25 @@ def test_the_validation_trl_runs_are_new_seeds_of_the_trl_families() -> None:
     assert len(runs) == 28 and all(r.job_id.endswith("@seed1") for r in runs)
     assert {bank_of(r.family) for r in runs} == {"trl"}
     assert sum(r.truth.label == "hacking" for r in runs) == 15
+
+
+#: numpy's AVX-512 kernels off (as tests/test_sim_equivalence.py): the digests pin the banks'
+#: values to 9 significant digits, not the CPU's last bits.
+AVX512_OFF = {"NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SKX AVX512F"}
+DIGESTS = (
+    "from evalstop.experiments.rule_search import all_cases\n"
+    "from evalstop.experiments.policy_choice import bank_digests\n"
+    "import json; print(json.dumps(bank_digests(all_cases())))"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env", [{}, AVX512_OFF], ids=["cpu", "avx512-off"])
+def test_the_shipped_choice_was_made_on_the_shipped_banks(env: dict[str, str]) -> None:
+    """``evalstop validate`` reads the choice instead of searching only while the banks match:
+    a changed bank (or generator) must come with a rerun of the search (``--write-choice``)."""
+    done = subprocess.run([sys.executable, "-c", DIGESTS], env={**os.environ, **env},
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = tomllib.loads(policy_choice.CHOICE_FILE.read_text())
+    assert json.loads(done.stdout) == data["banks"]
