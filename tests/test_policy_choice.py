@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
 import sys
 import tomllib
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
 
+from evalstop import cli
 from evalstop.detectors import Eval
 from evalstop.experiments import cadence_policy, policy_choice
 from evalstop.experiments.cadence_policy import bank_of, policy_specs
@@ -84,3 +87,16 @@ def test_the_shipped_choice_was_made_on_the_shipped_banks(env: dict[str, str]) -
     assert done.returncode == 0, done.stderr[-2000:]
     data = tomllib.loads(policy_choice.CHOICE_FILE.read_text())
     assert json.loads(done.stdout) == data["banks"]
+
+
+@pytest.mark.slow
+def test_validate_reads_the_shipped_choice_instead_of_searching() -> None:
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = cli.main(["validate", "--cadences", "none", "--rule", "patience", "--detector", "never",
+                         "--supervised", "none"])
+    assert code == 0 and "searching" not in err.getvalue()
+    text = out.getvalue()
+    data = tomllib.loads(policy_choice.CHOICE_FILE.read_text())
+    assert f"chosen on all banks: `{data['chosen']['final']}` (the choice recorded in" in text
+    assert "| trl | adaptive:every=3,dense=1 | 26 (23) | 21 |" in text  # 21 shipped + 28 validation runs

@@ -273,7 +273,7 @@ def _policy_study(args: argparse.Namespace, runs: Sequence[BankRun]) -> dict[str
     extra = policy_choice.validation_trl_bank() if args.trl_bank is None and args.bank is None else []
     cases = bank_cases([*runs, *extra, *noisy])
     choice = None if args.search else policy_choice.read_choice(cases, POLICY_CANDIDATES)
-    if choice is None and not args.search:
+    if choice is None and not args.search and len(policy_choice.bank_digests(cases)) > 1:
         print(f"evalstop validate: {policy_choice.CHOICE_FILE.name} was not made on these banks: searching "
               f"{len(POLICY_CANDIDATES)} specs (minutes)", file=sys.stderr)
     return cadence_policy.study(args.default_spec or DEFAULT_SPEC, POLICY_CANDIDATES, cases, choice=choice)
