@@ -11,6 +11,7 @@ import tomllib
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from evalstop import cli
@@ -18,6 +19,7 @@ from evalstop.detectors import Eval
 from evalstop.experiments import cadence_policy, policy_choice
 from evalstop.experiments.cadence_policy import bank_of, policy_specs
 from evalstop.experiments.holdout import Case
+from evalstop.workloads.bank import build_trl_bank
 
 RISE_FALL = [0.1, 0.3, 0.5, 0.7, 0.9, 0.7, 0.5, 0.3, 0.2, 0.1]
 
@@ -100,3 +102,14 @@ def test_validate_reads_the_shipped_choice_instead_of_searching() -> None:
     data = tomllib.loads(policy_choice.CHOICE_FILE.read_text())
     assert f"chosen on all banks: `{data['chosen']['final']}` (the choice recorded in" in text
     assert "| trl | adaptive:every=3,dense=1 | 26 (23) | 21 |" in text  # 21 shipped + 28 validation runs
+
+
+@pytest.mark.slow
+def test_one_validation_run_regenerates_as_shipped() -> None:
+    """The validation-only runs are seed 1 of the shipped generator (meta.json has the command)."""
+    pytest.importorskip("trl", reason="needs pip install 'evalstop[hf]'")
+    (fresh,) = build_trl_bank(1, 1, ["trl-proxy"])
+    (shipped,) = [r for r in policy_choice.validation_trl_bank() if r.job_id == f"{fresh.job_id}@seed1"]
+    np.testing.assert_allclose([e.score for e in fresh.evals], [e.score for e in shipped.evals], atol=1e-4)
+    np.testing.assert_allclose(fresh.truth.true_gold, shipped.truth.true_gold, atol=1e-4)
+    assert fresh.truth.label == shipped.truth.label
