@@ -175,7 +175,11 @@ class Cusum(Detector):
         if best is not None and self.per == 0.0 and state["n_valid"] >= self.n_warmup_evals:
             sigma = self.sigma or (state["sigma_best"] if self.sigma_from == "best" else None) \
                 or online_sigma(state) or 0.0
-            band = best - sign_of(self.mode) * max(sigma * (self.threshold - g + self.drift), self.min_delta)
+            # an eval more than ``factor`` sds below the best takes g over the threshold; with a
+            # hold it must also be more than ``drift`` sds below the best to start or keep the alarm
+            factor = self.threshold - g + self.drift
+            factor = max(factor, self.drift) if self.hold > 0.0 else factor
+            band = best - sign_of(self.mode) * max(sigma * factor, self.min_delta)
         if self.hold == 0.0:
             return RuleEvidence(g, self.threshold, "CUSUM of drops in noise sds", band,
                                 "the next eval below this fires the rule (at the current noise estimate)")
