@@ -8,14 +8,16 @@ import pytest
 
 from evalstop.detectors import Eval, ItemEval
 from evalstop.experiments import validate
-from evalstop.experiments.cadence_policy import Run, choose
-from evalstop.experiments.holdout import Case, expand_grid
-from evalstop.experiments.rule_search import grid_specs, with_item_stderr
+from evalstop.experiments.cadence_policy import Run, choose, policy_specs
+from evalstop.experiments.holdout import Case
+from evalstop.experiments.rule_search import with_item_stderr
 
 
 def test_validate_chooses_among_the_same_specs_as_the_search() -> None:
-    from_validate = [s for rule, grid in validate.POLICY_CANDIDATES.items() for s in expand_grid(rule, grid)]
-    assert from_validate == grid_specs() and len(grid_specs()) == 640
+    specs = policy_specs()
+    assert specs == validate.POLICY_CANDIDATES and len(specs) == len(set(specs)) == 1248
+    # once per > 0 only threshold * per matters: the per-progress candidates fix threshold=1
+    assert all(s.startswith("cusum:threshold=1.0,per=") for s in specs if "per=" in s)
 
 
 def test_item_stderr_is_the_sd_of_the_items_over_sqrt_n() -> None:

@@ -42,6 +42,14 @@ class Cusum(Detector):
     second differences see at sparse cadence) does not inflate its own yardstick.
     An eval's own ``stderr``, when given, is used as its noise sd (docs/noise-rules.md).
 
+    Persistence: ``hold`` > 0 (a share of training progress) fires only once ``g`` has stayed over
+    the threshold for that much progress with every eval since still more than ``drift`` noise sds
+    below the best (the *alarm*); an eval back within that margin, a new best or ``g`` falling to
+    the threshold ends the alarm. A collapse that recovers within ``hold`` is then never stopped,
+    while a decline that persists still is, ``hold`` later (at sparse cadence the delivered
+    checkpoint is the best one, so the later stop costs compute, not quality). The alarm needs
+    ``Eval.progress``: without a finite one the span cannot complete (fail-safe).
+
     Adaptive cadence: ``elevate="best"`` (default) calls the evidence elevated whenever the latest
     eval is below the running best (``Detector.elevated``); ``elevate="g"`` only while the
     statistic ``g`` is above 0, i.e. once the drops have outrun the drift, so that a plateau that
@@ -58,6 +66,7 @@ class Cusum(Detector):
     warmup: float = 0.0
     sigma_from: str = "all"
     elevate: str = "best"
+    hold: float = 0.0
     name = "cusum"
 
     def __post_init__(self) -> None:
@@ -72,6 +81,7 @@ class Cusum(Detector):
         check_float(owner, "warmup", self.warmup, low=0.0, high=1.0)
         check_choice(owner, "sigma_from", self.sigma_from, ("all", "best"))
         check_choice(owner, "elevate", self.elevate, ("best", "g"))
+        check_float(owner, "hold", self.hold, low=0.0, high=1.0)
 
     @property
     def state_window(self) -> int:
@@ -83,6 +93,8 @@ class Cusum(Detector):
             state["last_progress"] = None
         if self.sigma_from == "best":
             state["sigma_best"] = None
+        if self.hold > 0.0:
+            state["alarm_since"] = None
         return state
 
     def step(self, state: State, index: int, ev: Eval) -> str | None:
@@ -97,6 +109,8 @@ class Cusum(Detector):
         weight = self._weight(state, ev)
         if offer(state, sign, index, ev) or reference is None or n_valid <= self.n_warmup_evals:
             state["g"] = 0.0
+            if self.hold > 0.0:
+                state["alarm_since"] = None
             if self.sigma_from == "best":
                 state["sigma_best"] = online_sigma(state)
             return None
@@ -107,9 +121,30 @@ class Cusum(Detector):
         if drop <= self.min_delta:
             drop = 0.0
         g = state["g"] = min(max(0.0, state["g"] + weight * (drop / sigma - self.drift)), _G_CAP)
-        if g > self.threshold:
-            return f"CUSUM of drops from the best {g:.3g} > {self.threshold} (sigma={sigma:.3g})"
-        return None
+        if g <= self.threshold:
+            if self.hold > 0.0:
+                state["alarm_since"] = None
+            return None
+        if self.hold > 0.0 and not self._held(state, ev, drop / sigma):
+            return None
+        held = f", held {self.hold} of progress" if self.hold > 0.0 else ""
+        return f"CUSUM of drops from the best {g:.3g} > {self.threshold} (sigma={sigma:.3g}){held}"
+
+    def _held(self, state: State, ev: Eval, z: float) -> bool:
+        """Whether the alarm (``g`` over the threshold) has held for ``hold`` of progress with
+        every eval since still more than ``drift`` noise sds below the best. An eval back within
+        that margin ends the alarm (a collapse that recovers); one without a finite progress
+        cannot complete the span (fail-safe)."""
+        progress = ev.progress
+        if z <= self.drift:
+            state["alarm_since"] = None
+            return False
+        if progress is None or not math.isfinite(progress):
+            return False
+        since = state["alarm_since"]
+        if since is None:
+            since = state["alarm_since"] = progress
+        return bool(progress - since >= self.hold)
 
     def _weight(self, state: State, ev: Eval) -> float:
         """The eval's weight: 1, or the progress since the previous valid eval with progress over
@@ -140,9 +175,21 @@ class Cusum(Detector):
         if best is not None and self.per == 0.0 and state["n_valid"] >= self.n_warmup_evals:
             sigma = self.sigma or (state["sigma_best"] if self.sigma_from == "best" else None) \
                 or online_sigma(state) or 0.0
-            band = best - sign_of(self.mode) * max(sigma * (self.threshold - g + self.drift), self.min_delta)
-        return RuleEvidence(g, self.threshold, "CUSUM of drops in noise sds", band,
-                            "the next eval below this fires the rule (at the current noise estimate)")
+            # an eval more than ``factor`` sds below the best takes g over the threshold; with a
+            # hold it must also be more than ``drift`` sds below the best to start or keep the alarm
+            factor = self.threshold - g + self.drift
+            factor = max(factor, self.drift) if self.hold > 0.0 else factor
+            band = best - sign_of(self.mode) * max(sigma * factor, self.min_delta)
+        if self.hold == 0.0:
+            return RuleEvidence(g, self.threshold, "CUSUM of drops in noise sds", band,
+                                "the next eval below this fires the rule (at the current noise estimate)")
+        since = state["alarm_since"]
+        label = "CUSUM of drops in noise sds" + (
+            f" (over the limit for {self.hold:g} of progress fires it)" if since is None
+            else f" (over the limit since progress {since:.3g}; fires once held {self.hold:g})")
+        return RuleEvidence(g, self.threshold, label, band,
+                            f"an eval below this starts or keeps the alarm; the rule fires once the alarm "
+                            f"has held {self.hold:g} of progress")
 
     def elevated(self, state: State) -> bool:
         if self.elevate == "g":
@@ -150,4 +197,8 @@ class Cusum(Detector):
         return super().elevated(state)
 
     def running_reason(self, state: State) -> str:
+        since = state.get("alarm_since")
+        if since is not None:
+            return f"CUSUM {state['g']:.3g} > threshold={self.threshold} since progress {since:.3g}, " \
+                   f"not yet held {self.hold:g}"
         return f"CUSUM {state['g']:.3g} <= threshold={self.threshold}"

@@ -33,22 +33,26 @@ import numpy as np
 from ..detectors import Monitor, parse_cadence, parse_spec, watch
 from ..detectors._noise import curve_sigma
 from ..workloads.trl_runs import NOISY_FAMILIES
-from .holdout import Case
+from .holdout import Case, expand_grid
 
 CADENCES = ("every:1", "every:3", "adaptive:every=3,dense=1")
 #: The sparse base a cadence's detectable runs are judged at.
 BASE_OF = {"every:1": "every:1", "every:3": "every:3", "adaptive:every=3,dense=1": "every:3"}
 #: The candidates of the leave-one-bank-out choice (``evalstop validate``, ``rule_search``):
-#: rule -> parameter -> values, every combination.
-POLICY_GRID: dict[str, dict[str, list[Any]]] = {
-    "cusum": {
-        "threshold": [2.0, 3.0, 4.0, 6.0],
-        "drift": [1.0, 1.5, 2.0, 3.0],
-        "per": [0.0, 0.05, 0.1, 0.2, 0.4],
-        "sigma_from": ["all", "best"],
-        "n_warmup_evals": [3, 5],
-        "elevate": ["best", "g"],
-    },
+#: each scale in ``SCALES`` with every combination of ``POLICY_GRID`` (``policy_specs``).
+#: Once ``per`` > 0 only ``threshold * per`` matters (docs/noise-rules.md), so the per-progress
+#: scales fix ``threshold=1`` and vary ``per`` over the products the per-eval thresholds span.
+SCALES = (
+    *(f"threshold={t}" for t in (2.0, 3.0, 4.0, 6.0)),
+    *(f"threshold=1.0,per={p}" for p in (0.1, 0.2, 0.3, 0.4, 0.6, 0.8, 1.2, 1.6, 2.4)),
+)
+POLICY_GRID: dict[str, list[Any]] = {
+    "drift": [1.0, 1.5, 2.0, 3.0],
+    "sigma_from": ["all", "best"],
+    "n_warmup_evals": [2],
+    "warmup": [0.1, 0.2, 0.3],
+    "elevate": ["g"],
+    "hold": [0.0, 0.1, 0.15, 0.2],
 }
 MIN_EVALS_AFTER = 2
 MIN_DROP_SDS = 2.0
@@ -61,6 +65,11 @@ TARGETS: dict[str, dict[str, float]] = {
         "precision": 0.95, "recall": 0.95, "fpr": 0.05, "regret_share": 0.08, "eval_share": 0.5,
     },
 }
+
+
+def policy_specs() -> list[str]:
+    """Every candidate spec of the leave-one-bank-out choice, in a fixed order."""
+    return [s for scale in SCALES for s in expand_grid(f"cusum:{scale}", POLICY_GRID)]
 
 
 @dataclass(frozen=True)
@@ -172,17 +181,27 @@ def choose(
 
 
 def study(
-    spec: str, candidates: Sequence[str], cases: Sequence[Case], cadences: Sequence[str] = CADENCES
+    spec: str,
+    candidates: Sequence[str],
+    cases: Sequence[Case],
+    cadences: Sequence[str] = CADENCES,
+    choice: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``spec`` per bank and cadence, and the leave-one-bank-out choice among ``candidates``
-    (none with fewer than two banks)."""
+    (none with fewer than two banks). ``choice`` (``{"chosen": {bank: spec}, "final": spec}``, a
+    search already made on these banks: ``policy_choice.read_choice``) skips the search: only
+    the specs it names are run."""
     banks = sorted({bank_of(c.family) for c in cases})
     candidates = candidates if len(banks) > 1 else []
-    specs = list(dict.fromkeys([spec, *candidates]))
-    runs = table(specs, cases, cadences)
-    chosen = (
-        {b: choose(candidates, cases, runs, set(banks) - {b}, cadences) for b in banks} if candidates else {}
-    )
+    if choice is not None and candidates:
+        picked = [*choice["chosen"].values(), choice["final"]]
+        runs = table(list(dict.fromkeys([spec, *picked])), cases, cadences)
+        chosen, final = dict(choice["chosen"]), str(choice["final"])
+    else:
+        runs = table(list(dict.fromkeys([spec, *candidates])), cases, cadences)
+        chosen = {b: choose(candidates, cases, runs, set(banks) - {b}, cadences) for b in banks} \
+            if candidates else {}
+        final = choose(candidates, cases, runs, set(banks), cadences) if candidates else ""
 
     def rows(pick: Mapping[str, str]) -> dict[str, dict[str, dict[str, float]]]:
         out: dict[str, dict[str, dict[str, float]]] = {}
@@ -201,7 +220,8 @@ def study(
         report["held_out"] = {
             "chosen": chosen,
             "banks": rows(chosen),
-            "final": choose(candidates, cases, runs, set(banks), cadences),
+            "final": final,
+            "searched": choice is None,
         }
     return report
 
@@ -230,7 +250,10 @@ def render(report: Mapping[str, Any]) -> str:
         lines += [
             "",
             f"Leave one bank out (each bank scored with the spec chosen on the other banks: {picks}); "
-            f"chosen on all banks: `{held['final']}`:",
+            f"chosen on all banks: `{held['final']}`"
+            + ("" if held.get("searched", True) else
+               " (the choice recorded in experiments/rule-search.toml for these banks and this grid; "
+               "--search reruns it)") + ":",
             "",
         ]
         lines += _table(held["banks"])

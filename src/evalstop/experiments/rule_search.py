@@ -1,13 +1,16 @@
 """Search the default rule's parameters under eval cadence policies, leave one bank out.
 
-``python -m evalstop.experiments.rule_search --cache DIR`` runs every candidate spec of ``GRID``
-on every bank run at dense, ``every:3`` and adaptive cadence (``cadence_policy.CADENCES``) and
+``python -m evalstop.experiments.rule_search --cache DIR`` runs every candidate spec
+(``cadence_policy.policy_specs()``) on every bank run at dense, ``every:3`` and adaptive cadence
+(``cadence_policy.CADENCES``) and
 caches each spec's runs in ``DIR`` (one JSON file per bank and spec, keyed by the bank's
 content), so a rerun or a bigger grid only computes what is new. It then prints, for each bank,
 the spec chosen on the *other* banks (``cadence_policy.choose``: smallest worst shortfall from
 the targets over the three cadences) scored on that bank, the spec chosen on all banks, and
 the given ``--spec`` (default ``DEFAULT_SPEC``) for comparison. Nothing is chosen in-sample:
-each bank's row uses a spec that never saw it.
+each bank's row uses a spec that never saw it. ``--write-choice`` records the choice in
+``experiments/rule-search.toml``, which ``evalstop validate`` reads instead of searching
+(``policy_choice``).
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
-import itertools
 import json
 import math
 import os
@@ -27,39 +29,22 @@ from typing import Any
 
 from ..detectors import DEFAULT_SPEC
 from ..workloads.bank import build_bank, read_bank, shipped_trl_bank
-from . import cadence_policy
-from .cadence_policy import CADENCES, Run, bank_of, choose, run_case, score
+from . import cadence_policy, policy_choice
+from .cadence_policy import CADENCES, Run, bank_of, choose, policy_specs, run_case, score
 from .holdout import Case
 from .validate import bank_cases
 
-#: cusum parameters searched (every combination): the grid ``evalstop validate`` chooses from.
-GRID = cadence_policy.POLICY_GRID["cusum"]
-
-
-def grid_specs(grid: Mapping[str, Sequence[Any]] = GRID) -> list[str]:
-    keys = list(grid)
-    return [
-        "cusum:" + ",".join(f"{k}={v}" for k, v in zip(keys, values, strict=True))
-        for values in itertools.product(*(grid[k] for k in keys))
-    ]
-
 
 def all_cases(noisy: str | None = None, runs_per_family: int = 10, seed: int = 0) -> list[Case]:
-    """The three banks: numpy families, the TRL GRPO bank, the noisy-eval GRPO bank (shipped, or
-    read from directory ``noisy``; ``"none"``: left out)."""
+    """The three banks: numpy families, the TRL GRPO bank (shipped runs and the validation-only
+    runs, ``policy_choice.validation_trl_bank``), the noisy-eval GRPO bank (shipped, or read
+    from directory ``noisy``; ``"none"``: left out)."""
     if noisy == "none":
         extra = []
     else:
         extra = shipped_trl_bank(noisy=True) if noisy is None else read_bank(Path(noisy))
-    return bank_cases(build_bank(seed, runs_per_family) + shipped_trl_bank() + extra)
-
-
-def _digest(cases: Sequence[Case]) -> str:
-    h = hashlib.sha256()
-    for c in cases:
-        evals = [(e.step, e.score, e.progress, e.stderr) for e in c.evals]
-        h.update(repr((c.job_id, c.label, c.peak_index, evals)).encode())
-    return h.hexdigest()[:12]
+    trl = shipped_trl_bank() + policy_choice.validation_trl_bank()
+    return bank_cases(build_bank(seed, runs_per_family) + trl + extra)
 
 
 def with_item_stderr(case: Case) -> Case:
@@ -90,7 +75,7 @@ def compute(
     out: dict[str, dict[str, list[Run]]] = {s: {c: [] for c in CADENCES} for s in specs}
     for bank in banks:
         sub = [c for c in cases if bank_of(c.family) == bank]
-        folder = cache / f"{bank}-{_digest(sub)}"
+        folder = cache / f"{bank}-{policy_choice.digest(sub)}"
         folder.mkdir(parents=True, exist_ok=True)
         path = {s: folder / (hashlib.sha256(s.encode()).hexdigest()[:16] + ".json") for s in specs}
         todo = [s for s in specs if not path[s].is_file()]
@@ -132,6 +117,7 @@ def held_out(
         "banks": rows(dict.fromkeys(banks, spec)),
         "held_out": {
             "chosen": chosen, "banks": rows(chosen), "final": choose(specs, cases, runs, set(banks)),
+            "searched": True,
         },
     }
 
@@ -145,14 +131,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "(default: shipped)")
     parser.add_argument("--item-stderr", action="store_true",
                         help="give each eval the stderr of its per-prompt items (sd / sqrt(n))")
+    parser.add_argument("--write-choice", action="store_true",
+                        help="record the choice in experiments/rule-search.toml (read by evalstop validate)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     cases = by_bank(all_cases(args.noisy_bank))
     if args.item_stderr:
         cases = [with_item_stderr(c) for c in cases]
-    specs = list(dict.fromkeys([args.spec, *grid_specs()]))
+    candidates = policy_specs()
+    specs = list(dict.fromkeys([args.spec, *candidates]))
     runs = compute(specs, cases, args.cache, args.jobs)
-    report = held_out(args.spec, specs[1:], cases, runs)
+    report = held_out(args.spec, candidates, cases, runs)
+    if args.write_choice:
+        policy_choice.write_choice(report["held_out"], cases, candidates)
     if args.json:
         print(json.dumps(report, indent=2))
     else:

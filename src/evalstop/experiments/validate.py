@@ -21,7 +21,7 @@ from ..detectors import DEFAULT_SPEC, parse_spec
 from ..workloads import PRESETS, generate
 from ..workloads.bank import BankRun, build_bank, read_bank, shipped_trl_bank
 from ..workloads.supervised import load_supervised
-from . import cadence_policy
+from . import cadence_policy, policy_choice
 from .bank_sim import bank_policies, render_cluster, run_bank_seed, summarise
 from .cadence import FRONTIER_GRID, bank_at, cases_of, default_check, frontier, held_out_choice, render_check
 from .holdout import Case, HeldOut, cross_validate, expand_grid, family_folds, metrics, objective, outcomes
@@ -54,7 +54,7 @@ DEFAULT_CANDIDATES: dict[str, dict[str, list[Any]]] = {
 }
 
 #: Candidates for one default under dense, every:3 and adaptive cadence (leave one bank out).
-POLICY_CANDIDATES = cadence_policy.POLICY_GRID
+POLICY_CANDIDATES = cadence_policy.policy_specs()
 
 COLUMNS = (
     ("precision", "precision"), ("recall", "recall"), ("fpr", "FPR"), ("fpr_controls", "FPR controls"),
@@ -209,6 +209,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policies", choices=("on", "off"), default="on",
                         help="also score the default under dense, every:3 and adaptive cadence, with the "
                              "leave-one-bank-out choice among POLICY_CANDIDATES (default on)")
+    parser.add_argument("--search", action="store_true",
+                        help="run the leave-one-bank-out search of the policy study even when "
+                             "experiments/rule-search.toml records it for these banks (minutes)")
     parser.add_argument("--synthetic", action="append", default=[], metavar="PRESET",
                         help="also score the fixed specs on this synthetic preset's RLHF jobs (repeatable)")
     parser.add_argument("--plot", type=Path, default=None, metavar="PNG",
@@ -235,12 +238,7 @@ def run(args: argparse.Namespace) -> int:
         if cadences:
             study["default"] = _default_study(args, cadences, trl, supervised)
         if args.policies == "on":
-            candidates = [s for rule, grid in POLICY_CANDIDATES.items() for s in expand_grid(rule, grid)]
-            noisy = [] if args.noisy_bank == "none" else (
-                shipped_trl_bank(noisy=True) if args.noisy_bank is None else read_bank(Path(args.noisy_bank))
-            )
-            study["policies"] = cadence_policy.study(args.default_spec or DEFAULT_SPEC, candidates,
-                                                     bank_cases([*runs, *noisy]))
+            study["policies"] = _policy_study(args, runs)
     except (OSError, ValueError) as exc:
         print(f"evalstop validate: error: {exc}", file=sys.stderr)
         return 2
@@ -262,6 +260,23 @@ def run(args: argparse.Namespace) -> int:
             print("\n" + render_cluster(study["cluster"], args.simulate, args.preset), end="")
         print(f"\n({time.perf_counter() - started:.1f} s)")
     return 0
+
+
+def _policy_study(args: argparse.Namespace, runs: Sequence[BankRun]) -> dict[str, Any]:
+    """The default under dense, every:3 and adaptive cadence on three banks, and the
+    leave-one-bank-out choice among ``POLICY_CANDIDATES``: read from the shipped search result
+    when it was made on these banks (``policy_choice``), searched otherwise or with ``--search``.
+    With the shipped TRL runs, the TRL bank also has the validation-only runs."""
+    noisy = [] if args.noisy_bank == "none" else (
+        shipped_trl_bank(noisy=True) if args.noisy_bank is None else read_bank(Path(args.noisy_bank))
+    )
+    extra = policy_choice.validation_trl_bank() if args.trl_bank is None and args.bank is None else []
+    cases = bank_cases([*runs, *extra, *noisy])
+    choice = None if args.search else policy_choice.read_choice(cases, POLICY_CANDIDATES)
+    if choice is None and not args.search and len(policy_choice.bank_digests(cases)) > 1:
+        print(f"evalstop validate: {policy_choice.CHOICE_FILE.name} was not made on these banks: searching "
+              f"{len(POLICY_CANDIDATES)} specs (minutes)", file=sys.stderr)
+    return cadence_policy.study(args.default_spec or DEFAULT_SPEC, POLICY_CANDIDATES, cases, choice=choice)
 
 
 def _default_study(
