@@ -2,8 +2,9 @@
 
 Starts ``evalstop serve`` as its own process (SQLite file in a temp dir, WAL, synchronous=FULL:
 every acknowledged request is on disk), then drives it from this process with persistent HTTP/1.1
-connections (stdlib ``http.client``: the lightest client, so the client steals little CPU from
-the server on a small machine):
+connections (stdlib ``http.client`` in threads; the paced and fair phases use, by default, a
+leaner client: raw HTTP/1.1 over asyncio streams, one task per sender, ``--client raw``, which
+takes about half the CPU per request of ``--client http.client`` on the same cores):
 
 1. **batched throughput**: ``--clients`` threads each post batches of ``--batch`` scores to
    their own jobs for ``--seconds``; reports acknowledged scores/s.
@@ -51,6 +52,7 @@ tenant has ``--slow-jobs`` stops in delivery. It prints p50/max of both cases (t
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import http.client
 import json
@@ -66,6 +68,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import urlparse
+
+try:  # uvicorn[standard] installs uvloop; the lean client's loop is lighter with it
+    import uvloop
+except ImportError:  # pragma: no cover
+    uvloop = None  # type: ignore[assignment]
 
 ADMIN = "bench-admin-token"
 
@@ -219,13 +226,112 @@ def paced(
 
     _run_threads(run, threads)
     wall = time.monotonic() - t0
-    client_cpu, server_cpu = time.process_time() - cpu0[0], _cpu_s(server_pid)
+    return _paced_result(n, rate, wall, latencies, time.process_time() - cpu0[0], cpu0[1], _cpu_s(server_pid))
+
+
+#: A lean client connection idle this long is opened anew before its next request.
+IDLE_S = 4.0
+
+
+class RawConn:
+    """One keep-alive HTTP/1.1 connection over asyncio streams, for the paced phase's lean client
+    (``--client raw``): the request is written as bytes prepared once but for the path and body,
+    and the reply is read by its status line, its headers (``Content-Length`` required) and
+    exactly that many body bytes. Every reply's status and body are returned for checking."""
+
+    def __init__(self, base: str, token: str) -> None:
+        url = urlparse(base)
+        self.host, self.port = url.hostname or "127.0.0.1", url.port or 80
+        self.head = (f"Host: {self.host}:{self.port}\r\nAuthorization: Bearer {token}\r\n"
+                     "Content-Type: application/json\r\nContent-Length: ").encode()
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+        self.used = 0.0
+
+    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        if self.writer is not None and time.monotonic() - self.used > IDLE_S:
+            self.close()  # the server closes a connection idle for 5 s (uvicorn's keep-alive)
+            self.writer = None
+        if self.writer is None or self.reader is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        self.used = time.monotonic()
+        self.writer.write(b"POST " + path.encode() + b" HTTP/1.1\r\n" + self.head
+                          + str(len(body)).encode() + b"\r\n\r\n" + body)
+        head = (await self.reader.readuntil(b"\r\n\r\n")).split(b"\r\n")
+        status, length = int(head[0].split(b" ", 2)[1]), None
+        for line in head[1:]:
+            name, _, value = line.partition(b":")
+            if name.lower() == b"content-length":
+                length = int(value)
+        if length is None:
+            raise RuntimeError(f"a reply without Content-Length ({head[0]!r})")
+        payload = await self.reader.readexactly(length)
+        self.used = time.monotonic()
+        return status, payload
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def paced_raw(
+    bases: list[str], token: str, jobs: list[str], rate: float, seconds: float, threads: int,
+    server_pid: int | None = None,
+) -> dict[str, Any]:
+    """:func:`paced` with the lean client: the same schedule (request ``i`` due at ``t0 + i /
+    rate``, sent by sender ``i % threads`` on its own connection, to one of its own jobs), the
+    same latency (scheduled send to the whole reply) and the same check of every reply, from
+    ``threads`` tasks on one event loop (uvloop if installed) instead of threads."""
+    n = int(rate * seconds)
+    latencies: list[float] = [0.0] * n
+
+    async def run(k: int, t0: float) -> None:
+        c, mine = RawConn(bases[k % len(bases)], token), jobs[k::threads]
+        try:
+            for i in range(k, n, threads):
+                due = t0 + i / rate
+                wait = due - time.monotonic()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                job, step = mine[(i // threads) % len(mine)], 10**7 + i
+                body = json.dumps({"step": step, "value": rising(step)}).encode()
+                status, payload = await c.post(f"/v1/jobs/{job}/scores", body)
+                reply = json.loads(payload)
+                assert status == 200 and reply["decision"] == "continue", reply
+                latencies[i] = time.monotonic() - due
+        finally:
+            c.close()
+
+    async def main() -> tuple[float, float]:
+        t0 = time.monotonic() + 0.2
+        await asyncio.gather(*(run(k, t0) for k in range(threads)))
+        return t0, time.monotonic()
+
+    cpu0 = time.process_time(), _cpu_s(server_pid)
+    t0, t1 = asyncio.run(main()) if uvloop is None else uvloop.run(main())
+    return _paced_result(n, rate, t1 - t0, latencies, time.process_time() - cpu0[0], cpu0[1],
+                         _cpu_s(server_pid))
+
+
+def _paced_result(
+    n: int, rate: float, wall: float, latencies: list[float], client_cpu: float,
+    server0: tuple[float, float] | None, server1: tuple[float, float] | None,
+) -> dict[str, Any]:
     ms = sorted(x * 1000 for x in latencies)
+    server = kernel = None
+    if server0 is not None and server1 is not None:
+        server = round(1000 * (server1[0] - server0[0]) / n, 3)
+        kernel = round(1000 * (server1[1] - server0[1]) / n, 3)
     return {"requests": n, "target_rate": rate, "achieved_rate": round(n / wall),
             "p50_ms": round(statistics.median(ms), 2), "p99_ms": round(ms[int(0.99 * (n - 1))], 2),
             "max_ms": round(ms[-1], 2), "client_cpu_ms_per_request": round(1000 * client_cpu / n, 3),
-            "server_cpu_ms_per_request": None if server_cpu is None or cpu0[1] is None
-            else round(1000 * (server_cpu - cpu0[1]) / n, 3)}
+            "server_cpu_ms_per_request": server,
+            # of which in the kernel (system calls: sockets, futex wake-ups, SQLite's fsync)
+            "server_kernel_ms_per_request": kernel}
+
+
+#: The paced phase's clients (``--client``): the lean asyncio one, and the threads of ``http.client``.
+PACED = {"raw": paced_raw, "http.client": paced}
 
 
 def fair(
@@ -258,7 +364,8 @@ def fair(
     time.sleep(1.0)  # the heavy tenant has used up its burst
     started = time.monotonic()
     try:
-        light_result = paced(bases, light, light_jobs, args.light_rate, args.seconds, args.paced_threads)
+        light_result = PACED[args.client](bases, light, light_jobs, args.light_rate, args.seconds,
+                                          args.paced_threads)
     finally:
         stop.set()
         for t in threads:
@@ -436,13 +543,15 @@ def slow_neighbour(base: str, admin: str, recv: str, stops: int, slow_jobs: int)
     return result
 
 
-def _cpu_s(pid: int | None) -> float | None:
-    """CPU seconds (user + system) used so far by process ``pid``; None where /proc is missing."""
+def _cpu_s(pid: int | None) -> tuple[float, float] | None:
+    """CPU seconds used so far by process ``pid``: (user + system, system); None where /proc is
+    missing."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     except (OSError, TypeError):
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / tick, int(fields[12]) / tick
 
 
 def _run_threads(target: Any, n: int) -> None:
@@ -482,6 +591,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--slow-jobs", type=int, default=4, help="slow-neighbour phase: the slow tenant's stops")
     p.add_argument("--no-fast-path", action="store_true",
                    help="start the servers with EVALSTOP_FAST_PATH=false (every score through the route)")
+    p.add_argument("--client", choices=list(PACED), default="raw",
+                   help="the paced and fair phases' client: raw HTTP/1.1 over asyncio streams, one task per "
+                   "sender (default), or a thread per sender with http.client (the client before issue 21's "
+                   "third pass)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     default = "batched,paced,fair" if args.replicas > 1 else "batched,paced,history,contention"
@@ -509,7 +622,7 @@ def main(argv: list[str] | None = None) -> int:
             gc.collect()
             gc.freeze()  # no full-collection pauses in the client's own timing (the server does the same)
             result: dict[str, Any] = {"db": args.db, "replicas": len(bases), "synchronous": args.synchronous,
-                                      "fast_path": not args.no_fast_path,
+                                      "fast_path": not args.no_fast_path, "client": args.client,
                                       "cpus": os.cpu_count(), "load_avg_before": os.getloadavg()}
             if "batched" in phases:
                 token, jobs = make_jobs(bases[0], args.admin_token, args.jobs)
@@ -517,7 +630,8 @@ def main(argv: list[str] | None = None) -> int:
             if "paced" in phases:
                 token, fresh = make_jobs(bases[0], args.admin_token, args.jobs)  # histories start empty
                 pid = args.server_pid or (procs[0].pid if len(procs) == 1 else None)
-                result["paced"] = paced(bases, token, fresh, args.rate, args.seconds, args.paced_threads, pid)
+                result["paced"] = PACED[args.client](bases, token, fresh, args.rate, args.seconds,
+                                                     args.paced_threads, pid)
             if "fair" in phases:
                 result["fair"] = fair(bases, args.admin_token, args)
             if "history" in phases:
@@ -551,8 +665,9 @@ def main(argv: list[str] | None = None) -> int:
             q = result["paced"]
             print(f"paced {q['target_rate']:.0f}/s single scores: achieved {q['achieved_rate']}/s, "
                   f"decision latency p50 {q['p50_ms']} ms, p99 {q['p99_ms']} ms, max {q['max_ms']} ms")
-            print(f"  CPU per request: server {q['server_cpu_ms_per_request']} ms, "
-                  f"client {q['client_cpu_ms_per_request']} ms")
+            print(f"  CPU per request: server {q['server_cpu_ms_per_request']} ms (in the kernel "
+                  f"{q['server_kernel_ms_per_request']} ms), client {q['client_cpu_ms_per_request']} ms "
+                  f"({args.client} client)")
         if "fair" in result:
             f = result["fair"]
             q = f["light"]
