@@ -64,6 +64,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
@@ -116,8 +117,9 @@ def start_server(
     raise SystemExit("the server did not start within 60 s")
 
 
-def start_postgres() -> tuple[str, Any]:
-    """A throwaway PostgreSQL on a free loopback port (fsync on: replies mean committed)."""
+def start_postgres() -> tuple[str, Any, int]:
+    """A throwaway PostgreSQL on a free loopback port (fsync on: replies mean committed): its
+    URL, a function that stops it, and the pid of its postmaster."""
     import glob
     import pwd
     import shutil
@@ -146,7 +148,8 @@ def start_postgres() -> tuple[str, Any]:
         run(str(bindir / "pg_ctl"), "-D", str(root / "data"), "-m", "fast", "stop")
         shutil.rmtree(root, ignore_errors=True)
 
-    return f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres", stop
+    postmaster = int((root / "data" / "postmaster.pid").read_text().split()[0])
+    return f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres", stop, postmaster
 
 
 def _user_exists(pwd: Any, name: str) -> bool:
@@ -205,14 +208,14 @@ def batched(
 
 def paced(
     bases: list[str], token: str, jobs: list[str], rate: float, seconds: float, threads: int,
-    server_pid: int | None = None,
+    server_pids: Sequence[int] = (), db_pid: int | None = None,
 ) -> dict[str, Any]:
     """Request ``i`` is due at ``t0 + i / rate``; thread ``i % threads`` sends it, to one of that
     thread's own jobs (so each job's steps arrive in order)."""
     n = int(rate * seconds)
     latencies: list[float] = [0.0] * n
     t0 = time.monotonic() + 0.2
-    cpu0 = time.process_time(), _cpu_s(server_pid)
+    cpu0 = time.process_time(), _cpu_s(server_pids), _tree_cpu_s(db_pid)
 
     def run(k: int) -> None:
         c, mine = Conn(bases[k % len(bases)], token), jobs[k::threads]
@@ -226,7 +229,8 @@ def paced(
 
     _run_threads(run, threads)
     wall = time.monotonic() - t0
-    return _paced_result(n, rate, wall, latencies, time.process_time() - cpu0[0], cpu0[1], _cpu_s(server_pid))
+    return _paced_result(n, rate, wall, latencies, time.process_time() - cpu0[0], cpu0[1:],
+                         (_cpu_s(server_pids), _tree_cpu_s(db_pid)))
 
 
 #: A lean client connection idle this long is opened anew before its next request.
@@ -276,7 +280,7 @@ class RawConn:
 
 def paced_raw(
     bases: list[str], token: str, jobs: list[str], rate: float, seconds: float, threads: int,
-    server_pid: int | None = None,
+    server_pids: Sequence[int] = (), db_pid: int | None = None,
 ) -> dict[str, Any]:
     """:func:`paced` with the lean client: the same schedule (request ``i`` due at ``t0 + i /
     rate``, sent by sender ``i % threads`` on its own connection, to one of its own jobs), the
@@ -307,27 +311,36 @@ def paced_raw(
         await asyncio.gather(*(run(k, t0) for k in range(threads)))
         return t0, time.monotonic()
 
-    cpu0 = time.process_time(), _cpu_s(server_pid)
+    cpu0 = time.process_time(), _cpu_s(server_pids), _tree_cpu_s(db_pid)
     t0, t1 = asyncio.run(main()) if uvloop is None else uvloop.run(main())
-    return _paced_result(n, rate, t1 - t0, latencies, time.process_time() - cpu0[0], cpu0[1],
-                         _cpu_s(server_pid))
+    return _paced_result(n, rate, t1 - t0, latencies, time.process_time() - cpu0[0], cpu0[1:],
+                         (_cpu_s(server_pids), _tree_cpu_s(db_pid)))
+
+
+#: The servers' CPU seconds (total, kernel) and the database's, each None where unknown.
+CpuReading = tuple[tuple[float, float] | None, float | None]
 
 
 def _paced_result(
     n: int, rate: float, wall: float, latencies: list[float], client_cpu: float,
-    server0: tuple[float, float] | None, server1: tuple[float, float] | None,
+    before: CpuReading, after: CpuReading,
 ) -> dict[str, Any]:
+    """The phase's figures; ``before``/``after``: the servers' CPU (total, kernel) and the
+    database's, as :func:`_cpu_s` and :func:`_tree_cpu_s` read them (None: unknown)."""
     ms = sorted(x * 1000 for x in latencies)
-    server = kernel = None
-    if server0 is not None and server1 is not None:
-        server = round(1000 * (server1[0] - server0[0]) / n, 3)
-        kernel = round(1000 * (server1[1] - server0[1]) / n, 3)
+    server = kernel = database = None
+    if before[0] is not None and after[0] is not None:
+        server = round(1000 * (after[0][0] - before[0][0]) / n, 3)
+        kernel = round(1000 * (after[0][1] - before[0][1]) / n, 3)
+    if before[1] is not None and after[1] is not None:
+        database = round(1000 * (after[1] - before[1]) / n, 3)
     return {"requests": n, "target_rate": rate, "achieved_rate": round(n / wall),
             "p50_ms": round(statistics.median(ms), 2), "p99_ms": round(ms[int(0.99 * (n - 1))], 2),
             "max_ms": round(ms[-1], 2), "client_cpu_ms_per_request": round(1000 * client_cpu / n, 3),
-            "server_cpu_ms_per_request": server,
-            # of which in the kernel (system calls: sockets, futex wake-ups, SQLite's fsync)
-            "server_kernel_ms_per_request": kernel}
+            # every server (replica) together; of which in the kernel (sockets, wake-ups, fsync)
+            "server_cpu_ms_per_request": server, "server_kernel_ms_per_request": kernel,
+            # the PostgreSQL this script started: the postmaster and its processes at each reading
+            "database_cpu_ms_per_request": database}
 
 
 #: The paced phase's clients (``--client``): the lean asyncio one, and the threads of ``http.client``.
@@ -543,15 +556,37 @@ def slow_neighbour(base: str, admin: str, recv: str, stops: int, slow_jobs: int)
     return result
 
 
-def _cpu_s(pid: int | None) -> tuple[float, float] | None:
-    """CPU seconds used so far by process ``pid``: (user + system, system); None where /proc is
-    missing."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    except (OSError, TypeError):
+def _cpu_s(pids: Sequence[int]) -> tuple[float, float] | None:
+    """CPU seconds used so far by the processes ``pids`` together: (user + system, system); None
+    without pids or where /proc is missing."""
+    if not pids:
         return None
+    total = kernel = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            return None
+        total += int(fields[11]) + int(fields[12])
+        kernel += int(fields[12])
     tick = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / tick, int(fields[12]) / tick
+    return total / tick, kernel / tick
+
+
+def _tree_cpu_s(pid: int | None) -> float | None:
+    """CPU seconds used so far by process ``pid`` and its children alive now (a PostgreSQL
+    postmaster and its backends: the pooled connections live through a phase)."""
+    if pid is None:
+        return None
+    pids = [pid]
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rpartition(")")[2].split()[1]) == pid:
+                pids.append(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    found = _cpu_s(pids)
+    return None if found is None else found[0]
 
 
 def _run_threads(target: Any, n: int) -> None:
@@ -601,7 +636,7 @@ def main(argv: list[str] | None = None) -> int:
     phases = set((args.phases or default).split(","))
     with tempfile.TemporaryDirectory(prefix="evalstop-bench-") as tmp:
         procs: list[subprocess.Popen[bytes]] = []
-        stop_pg = None
+        stop_pg, db_pid = None, None
         receiver, recv = start_receiver() if "slow-neighbour" in phases else (None, "")
         extra_env = {"EVALSTOP_ADAPTER_SETTINGS": json.dumps({"webhook": {
             "url": f"{recv}/default", "secret": WEBHOOK_SECRET, "timeout_s": 5.0}})} if recv else {}
@@ -613,7 +648,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 url = args.database_url
                 if args.db == "postgresql" and url is None:
-                    url, stop_pg = start_postgres()
+                    url, stop_pg, db_pid = start_postgres()
                 bases = []
                 for _ in range(args.replicas):
                     proc, base = start_server(Path(tmp), args.synchronous, url, extra_env)
@@ -629,9 +664,9 @@ def main(argv: list[str] | None = None) -> int:
                 result["batched"] = batched(bases, token, jobs, args.clients, args.batch, args.seconds)
             if "paced" in phases:
                 token, fresh = make_jobs(bases[0], args.admin_token, args.jobs)  # histories start empty
-                pid = args.server_pid or (procs[0].pid if len(procs) == 1 else None)
+                pids = [args.server_pid] if args.server_pid else [proc.pid for proc in procs]
                 result["paced"] = PACED[args.client](bases, token, fresh, args.rate, args.seconds,
-                                                     args.paced_threads, pid)
+                                                     args.paced_threads, pids, db_pid)
             if "fair" in phases:
                 result["fair"] = fair(bases, args.admin_token, args)
             if "history" in phases:
@@ -667,7 +702,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"decision latency p50 {q['p50_ms']} ms, p99 {q['p99_ms']} ms, max {q['max_ms']} ms")
             print(f"  CPU per request: server {q['server_cpu_ms_per_request']} ms (in the kernel "
                   f"{q['server_kernel_ms_per_request']} ms), client {q['client_cpu_ms_per_request']} ms "
-                  f"({args.client} client)")
+                  f"({args.client} client), database {q['database_cpu_ms_per_request']} ms")
         if "fair" in result:
             f = result["fair"]
             q = f["light"]
