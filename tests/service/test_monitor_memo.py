@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from evalstop.detectors import Monitor
 from evalstop.service import ingest
-from evalstop.service.monitoring import MEMO
+from evalstop.service.monitoring import MEMO, MonitorMemo
 from evalstop.service.store import DatabaseUnavailable
 from evalstop.service.store.tables import jobs
 
@@ -121,3 +121,18 @@ def test_another_writer_of_the_monitor_is_seen(api_any_db: Api) -> None:
         conn.execute(jobs.update().where(jobs.c.id == job).values(monitor_state=other.to_json()))
     reply = _post(api, token, job, 3, 0.8)
     assert (reply["n_evals"], reply["best_step"]) == (3, 2)  # the other writer's eval counts
+
+
+def test_the_memo_keeps_the_most_recent_monitors_within_its_size() -> None:
+    memo = MonitorMemo(max_chars=100)
+    monitor = Monitor("evalstop:k=2")
+    memo.keep("a", "evalstop:k=2", "x" * 40, monitor)
+    memo.keep("b", "evalstop:k=2", "y" * 40, monitor)
+    assert memo.take("a", "evalstop:k=2", "x" * 40) is monitor  # taken: gone from the memo
+    memo.keep("a", "evalstop:k=2", "x" * 40, monitor)  # now "b" is the least recently used
+    memo.keep("c", "evalstop:k=2", "z" * 40, monitor)
+    assert memo.kept("b") is None and memo.kept("a") is not None and memo.kept("c") is not None
+    memo.keep("d", "evalstop:k=2", "w" * 101, monitor)  # larger than the whole memo: not kept
+    assert memo.kept("d") is None and memo.kept("a") is not None
+    assert memo.take("a", "evalstop:k=3", "x" * 40) is None  # another detector spec: decoded anew
+    assert memo.take("c", "evalstop:k=2", "z" * 39) is None and memo.kept("c") is None

@@ -44,8 +44,12 @@ def new_monitor_state(
 
 
 class MonitorMemo:
-    """Decoded monitors, one per job (at most ``size``, least recently used dropped), each kept
-    with the text it was stored as and the job's detector spec.
+    """Decoded monitors, one per job, each kept with the text it was stored as and the job's
+    detector spec. Bounded by the length of the kept texts together (``max_chars``; the least
+    recently used go first). A decoded monitor takes 2-3 times its text's size in memory, so the
+    default 16 M characters are at most ~60 MB with the texts: ~4,600 jobs of the default rule at
+    5,000 evals (3.5 k characters), ~35,000 of ``evalstop:k=3``. A job posting again after its
+    monitor went is decoded, as before.
 
     The rule that keeps it right: :meth:`take` returns a monitor only if it equals
     ``Monitor.from_json(text, detector)``, and removes it, so the taker owns it: a request that
@@ -55,15 +59,18 @@ class MonitorMemo:
     one. Writers to one job are serialised (the row lock; SQLite's one commit thread), so no two
     requests hold one monitor."""
 
-    def __init__(self, size: int = 4096) -> None:
-        self.size = size
+    def __init__(self, max_chars: int = 16_000_000) -> None:
+        self.max_chars = max_chars
         self._kept: dict[str, tuple[str, str, Monitor]] = {}
+        self._chars = 0
         self._lock = threading.Lock()
         self.hits = self.misses = 0
 
     def take(self, job_id: str, detector: str, text: str) -> Monitor | None:
         with self._lock:
             kept = self._kept.pop(job_id, None)
+            if kept is not None:
+                self._chars -= len(kept[0])
             if kept is not None and kept[0] == text and kept[1] == detector:
                 self.hits += 1
                 return kept[2]
@@ -71,10 +78,15 @@ class MonitorMemo:
             return None
 
     def keep(self, job_id: str, detector: str, text: str, monitor: Monitor) -> None:
+        if len(text) > self.max_chars:
+            return
         with self._lock:
-            self._kept[job_id] = (text, detector, monitor)  # re-inserted: now the most recent
-            if len(self._kept) > self.size:
-                del self._kept[next(iter(self._kept))]
+            old = self._kept.pop(job_id, None)  # re-inserted below: now the most recent
+            self._chars += len(text) - (0 if old is None else len(old[0]))
+            self._kept[job_id] = (text, detector, monitor)
+            while self._chars > self.max_chars:
+                dropped = self._kept.pop(next(iter(self._kept)))
+                self._chars -= len(dropped[0])
 
     def kept(self, job_id: str) -> tuple[str, Monitor] | None:
         """The text and monitor kept for the job, if any (left in place; for checks)."""
@@ -85,6 +97,7 @@ class MonitorMemo:
     def clear(self) -> None:
         with self._lock:
             self._kept.clear()
+            self._chars = 0
 
 
 #: The process's memo (every store in it: a job id names one job, and the text decides).
