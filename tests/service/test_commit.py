@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from pathlib import Path
 
@@ -63,3 +64,24 @@ def test_a_failed_commit_fails_every_unit_of_the_group() -> None:
     with pytest.raises(RuntimeError, match="disk full"):
         committer.run(lambda conn: 1)
     committer.close()
+
+
+def test_a_database_that_stays_locked_fails_the_begin_as_sqlalchemy_would(tmp_path: Path) -> None:
+    """``BEGIN IMMEDIATE`` runs on the driver connection (store/engine.py); a lock it cannot get
+    is still SQLAlchemy's ``OperationalError`` (the service's 503), and nothing is left open."""
+    store = open_store(f"sqlite:///{tmp_path / 'l.db'}")
+    holder = sqlite3.connect(tmp_path / "l.db", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+    try:
+        with store.engine.connect() as conn:
+            conn.connection.driver_connection.execute("PRAGMA busy_timeout = 50")  # type: ignore[union-attr]
+            conn.execution_options(evalstop_writes=True)
+            with pytest.raises(sa.exc.OperationalError, match="database is locked"), conn.begin():
+                pass
+            assert not conn.in_transaction()
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    with store.transaction() as conn:  # and the lock, once free, is taken as before
+        conn.execute(tenants.insert().values(name="t", token_hash="h", shadow=False, created_at=0))
+    store.dispose()
