@@ -104,7 +104,7 @@ class Store:
         """:meth:`write` for an event loop. With group commit the loop waits for the commit
         without a thread of its own (no thread-pool hop per request); else in a thread."""
         if self.committer is not None:
-            return await asyncio.wrap_future(self.committer.submit(unit))
+            return await self.committer.submit_async(unit)
         return await asyncio.to_thread(self.write, unit)
 
     def create_schema(self) -> None:
