@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     stop = None
     with tempfile.TemporaryDirectory(prefix="evalstop-fastpath-") as tmp:
         if args.db == "postgresql":
-            base, stop = start_postgres()
+            base, stop, _ = start_postgres()
             urls = [base, base]
         else:
             urls = [f"sqlite:///{tmp}/fast.db", f"sqlite:///{tmp}/route.db"]

@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.db == "sqlite":
         url = f"sqlite:///{tempfile.mkdtemp()}/profile.db"
     else:
-        url, stop = start_postgres()
+        url, stop, _ = start_postgres()
     store = open_store(url, group_commit=not args.no_group_commit)
     try:
         domain.create_tenant(store, "t")

@@ -2,8 +2,9 @@
 
 Starts ``evalstop serve`` as its own process (SQLite file in a temp dir, WAL, synchronous=FULL:
 every acknowledged request is on disk), then drives it from this process with persistent HTTP/1.1
-connections (stdlib ``http.client``: the lightest client, so the client steals little CPU from
-the server on a small machine):
+connections (stdlib ``http.client`` in threads; the paced and fair phases use, by default, a
+leaner client: raw HTTP/1.1 over asyncio streams, one task per sender, ``--client raw``, which
+takes about half the CPU per request of ``--client http.client`` on the same cores):
 
 1. **batched throughput**: ``--clients`` threads each post batches of ``--batch`` scores to
    their own jobs for ``--seconds``; reports acknowledged scores/s.
@@ -51,6 +52,7 @@ tenant has ``--slow-jobs`` stops in delivery. It prints p50/max of both cases (t
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import http.client
 import json
@@ -62,10 +64,16 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import urlparse
+
+try:  # uvicorn[standard] installs uvloop; the lean client's loop is lighter with it
+    import uvloop
+except ImportError:  # pragma: no cover
+    uvloop = None  # type: ignore[assignment]
 
 ADMIN = "bench-admin-token"
 
@@ -109,8 +117,9 @@ def start_server(
     raise SystemExit("the server did not start within 60 s")
 
 
-def start_postgres() -> tuple[str, Any]:
-    """A throwaway PostgreSQL on a free loopback port (fsync on: replies mean committed)."""
+def start_postgres() -> tuple[str, Any, int]:
+    """A throwaway PostgreSQL on a free loopback port (fsync on: replies mean committed): its
+    URL, a function that stops it, and the pid of its postmaster."""
     import glob
     import pwd
     import shutil
@@ -139,7 +148,8 @@ def start_postgres() -> tuple[str, Any]:
         run(str(bindir / "pg_ctl"), "-D", str(root / "data"), "-m", "fast", "stop")
         shutil.rmtree(root, ignore_errors=True)
 
-    return f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres", stop
+    postmaster = int((root / "data" / "postmaster.pid").read_text().split()[0])
+    return f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres", stop, postmaster
 
 
 def _user_exists(pwd: Any, name: str) -> bool:
@@ -198,14 +208,14 @@ def batched(
 
 def paced(
     bases: list[str], token: str, jobs: list[str], rate: float, seconds: float, threads: int,
-    server_pid: int | None = None,
+    server_pids: Sequence[int] = (), db_pid: int | None = None,
 ) -> dict[str, Any]:
     """Request ``i`` is due at ``t0 + i / rate``; thread ``i % threads`` sends it, to one of that
     thread's own jobs (so each job's steps arrive in order)."""
     n = int(rate * seconds)
     latencies: list[float] = [0.0] * n
     t0 = time.monotonic() + 0.2
-    cpu0 = time.process_time(), _cpu_s(server_pid)
+    cpu0 = time.process_time(), _cpu_s(server_pids), _tree_cpu_s(db_pid)
 
     def run(k: int) -> None:
         c, mine = Conn(bases[k % len(bases)], token), jobs[k::threads]
@@ -219,13 +229,122 @@ def paced(
 
     _run_threads(run, threads)
     wall = time.monotonic() - t0
-    client_cpu, server_cpu = time.process_time() - cpu0[0], _cpu_s(server_pid)
+    return _paced_result(n, rate, wall, latencies, time.process_time() - cpu0[0], cpu0[1:],
+                         (_cpu_s(server_pids), _tree_cpu_s(db_pid)))
+
+
+#: A lean client connection idle this long is opened anew before its next request.
+IDLE_S = 4.0
+
+
+class RawConn:
+    """One keep-alive HTTP/1.1 connection over asyncio streams, for the paced phase's lean client
+    (``--client raw``): the request is written as bytes prepared once but for the path and body,
+    and the reply is read by its status line, its headers (``Content-Length`` required) and
+    exactly that many body bytes. Every reply's status and body are returned for checking."""
+
+    def __init__(self, base: str, token: str) -> None:
+        url = urlparse(base)
+        self.host, self.port = url.hostname or "127.0.0.1", url.port or 80
+        self.head = (f"Host: {self.host}:{self.port}\r\nAuthorization: Bearer {token}\r\n"
+                     "Content-Type: application/json\r\nContent-Length: ").encode()
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+        self.used = 0.0
+
+    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        if self.writer is not None and time.monotonic() - self.used > IDLE_S:
+            self.close()  # the server closes a connection idle for 5 s (uvicorn's keep-alive)
+            self.writer = None
+        if self.writer is None or self.reader is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        self.used = time.monotonic()
+        self.writer.write(b"POST " + path.encode() + b" HTTP/1.1\r\n" + self.head
+                          + str(len(body)).encode() + b"\r\n\r\n" + body)
+        head = (await self.reader.readuntil(b"\r\n\r\n")).split(b"\r\n")
+        status, length = int(head[0].split(b" ", 2)[1]), None
+        for line in head[1:]:
+            name, _, value = line.partition(b":")
+            if name.lower() == b"content-length":
+                length = int(value)
+        if length is None:
+            raise RuntimeError(f"a reply without Content-Length ({head[0]!r})")
+        payload = await self.reader.readexactly(length)
+        self.used = time.monotonic()
+        return status, payload
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def paced_raw(
+    bases: list[str], token: str, jobs: list[str], rate: float, seconds: float, threads: int,
+    server_pids: Sequence[int] = (), db_pid: int | None = None,
+) -> dict[str, Any]:
+    """:func:`paced` with the lean client: the same schedule (request ``i`` due at ``t0 + i /
+    rate``, sent by sender ``i % threads`` on its own connection, to one of its own jobs), the
+    same latency (scheduled send to the whole reply) and the same check of every reply, from
+    ``threads`` tasks on one event loop (uvloop if installed) instead of threads."""
+    n = int(rate * seconds)
+    latencies: list[float] = [0.0] * n
+
+    async def run(k: int, t0: float) -> None:
+        c, mine = RawConn(bases[k % len(bases)], token), jobs[k::threads]
+        try:
+            for i in range(k, n, threads):
+                due = t0 + i / rate
+                wait = due - time.monotonic()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                job, step = mine[(i // threads) % len(mine)], 10**7 + i
+                body = json.dumps({"step": step, "value": rising(step)}).encode()
+                status, payload = await c.post(f"/v1/jobs/{job}/scores", body)
+                reply = json.loads(payload)
+                assert status == 200 and reply["decision"] == "continue", reply
+                latencies[i] = time.monotonic() - due
+        finally:
+            c.close()
+
+    async def main() -> tuple[float, float]:
+        t0 = time.monotonic() + 0.2
+        await asyncio.gather(*(run(k, t0) for k in range(threads)))
+        return t0, time.monotonic()
+
+    cpu0 = time.process_time(), _cpu_s(server_pids), _tree_cpu_s(db_pid)
+    t0, t1 = asyncio.run(main()) if uvloop is None else uvloop.run(main())
+    return _paced_result(n, rate, t1 - t0, latencies, time.process_time() - cpu0[0], cpu0[1:],
+                         (_cpu_s(server_pids), _tree_cpu_s(db_pid)))
+
+
+#: The servers' CPU seconds (total, kernel) and the database's, each None where unknown.
+CpuReading = tuple[tuple[float, float] | None, float | None]
+
+
+def _paced_result(
+    n: int, rate: float, wall: float, latencies: list[float], client_cpu: float,
+    before: CpuReading, after: CpuReading,
+) -> dict[str, Any]:
+    """The phase's figures; ``before``/``after``: the servers' CPU (total, kernel) and the
+    database's, as :func:`_cpu_s` and :func:`_tree_cpu_s` read them (None: unknown)."""
     ms = sorted(x * 1000 for x in latencies)
+    server = kernel = database = None
+    if before[0] is not None and after[0] is not None:
+        server = round(1000 * (after[0][0] - before[0][0]) / n, 3)
+        kernel = round(1000 * (after[0][1] - before[0][1]) / n, 3)
+    if before[1] is not None and after[1] is not None:
+        database = round(1000 * (after[1] - before[1]) / n, 3)
     return {"requests": n, "target_rate": rate, "achieved_rate": round(n / wall),
             "p50_ms": round(statistics.median(ms), 2), "p99_ms": round(ms[int(0.99 * (n - 1))], 2),
             "max_ms": round(ms[-1], 2), "client_cpu_ms_per_request": round(1000 * client_cpu / n, 3),
-            "server_cpu_ms_per_request": None if server_cpu is None or cpu0[1] is None
-            else round(1000 * (server_cpu - cpu0[1]) / n, 3)}
+            # every server (replica) together; of which in the kernel (sockets, wake-ups, fsync)
+            "server_cpu_ms_per_request": server, "server_kernel_ms_per_request": kernel,
+            # the PostgreSQL this script started: the postmaster and its processes at each reading
+            "database_cpu_ms_per_request": database}
+
+
+#: The paced phase's clients (``--client``): the lean asyncio one, and the threads of ``http.client``.
+PACED = {"raw": paced_raw, "http.client": paced}
 
 
 def fair(
@@ -258,7 +377,8 @@ def fair(
     time.sleep(1.0)  # the heavy tenant has used up its burst
     started = time.monotonic()
     try:
-        light_result = paced(bases, light, light_jobs, args.light_rate, args.seconds, args.paced_threads)
+        light_result = PACED[args.client](bases, light, light_jobs, args.light_rate, args.seconds,
+                                          args.paced_threads)
     finally:
         stop.set()
         for t in threads:
@@ -436,13 +556,37 @@ def slow_neighbour(base: str, admin: str, recv: str, stops: int, slow_jobs: int)
     return result
 
 
-def _cpu_s(pid: int | None) -> float | None:
-    """CPU seconds (user + system) used so far by process ``pid``; None where /proc is missing."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    except (OSError, TypeError):
+def _cpu_s(pids: Sequence[int]) -> tuple[float, float] | None:
+    """CPU seconds used so far by the processes ``pids`` together: (user + system, system); None
+    without pids or where /proc is missing."""
+    if not pids:
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    total = kernel = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            return None
+        total += int(fields[11]) + int(fields[12])
+        kernel += int(fields[12])
+    tick = os.sysconf("SC_CLK_TCK")
+    return total / tick, kernel / tick
+
+
+def _tree_cpu_s(pid: int | None) -> float | None:
+    """CPU seconds used so far by process ``pid`` and its children alive now (a PostgreSQL
+    postmaster and its backends: the pooled connections live through a phase)."""
+    if pid is None:
+        return None
+    pids = [pid]
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rpartition(")")[2].split()[1]) == pid:
+                pids.append(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    found = _cpu_s(pids)
+    return None if found is None else found[0]
 
 
 def _run_threads(target: Any, n: int) -> None:
@@ -482,13 +626,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--slow-jobs", type=int, default=4, help="slow-neighbour phase: the slow tenant's stops")
     p.add_argument("--no-fast-path", action="store_true",
                    help="start the servers with EVALSTOP_FAST_PATH=false (every score through the route)")
+    p.add_argument("--client", choices=list(PACED), default="raw",
+                   help="the paced and fair phases' client: raw HTTP/1.1 over asyncio streams, one task per "
+                   "sender (default), or a thread per sender with http.client (the client before issue 21's "
+                   "third pass)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     default = "batched,paced,fair" if args.replicas > 1 else "batched,paced,history,contention"
     phases = set((args.phases or default).split(","))
     with tempfile.TemporaryDirectory(prefix="evalstop-bench-") as tmp:
         procs: list[subprocess.Popen[bytes]] = []
-        stop_pg = None
+        stop_pg, db_pid = None, None
         receiver, recv = start_receiver() if "slow-neighbour" in phases else (None, "")
         extra_env = {"EVALSTOP_ADAPTER_SETTINGS": json.dumps({"webhook": {
             "url": f"{recv}/default", "secret": WEBHOOK_SECRET, "timeout_s": 5.0}})} if recv else {}
@@ -500,7 +648,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 url = args.database_url
                 if args.db == "postgresql" and url is None:
-                    url, stop_pg = start_postgres()
+                    url, stop_pg, db_pid = start_postgres()
                 bases = []
                 for _ in range(args.replicas):
                     proc, base = start_server(Path(tmp), args.synchronous, url, extra_env)
@@ -509,15 +657,16 @@ def main(argv: list[str] | None = None) -> int:
             gc.collect()
             gc.freeze()  # no full-collection pauses in the client's own timing (the server does the same)
             result: dict[str, Any] = {"db": args.db, "replicas": len(bases), "synchronous": args.synchronous,
-                                      "fast_path": not args.no_fast_path,
+                                      "fast_path": not args.no_fast_path, "client": args.client,
                                       "cpus": os.cpu_count(), "load_avg_before": os.getloadavg()}
             if "batched" in phases:
                 token, jobs = make_jobs(bases[0], args.admin_token, args.jobs)
                 result["batched"] = batched(bases, token, jobs, args.clients, args.batch, args.seconds)
             if "paced" in phases:
                 token, fresh = make_jobs(bases[0], args.admin_token, args.jobs)  # histories start empty
-                pid = args.server_pid or (procs[0].pid if len(procs) == 1 else None)
-                result["paced"] = paced(bases, token, fresh, args.rate, args.seconds, args.paced_threads, pid)
+                pids = [args.server_pid] if args.server_pid else [proc.pid for proc in procs]
+                result["paced"] = PACED[args.client](bases, token, fresh, args.rate, args.seconds,
+                                                     args.paced_threads, pids, db_pid)
             if "fair" in phases:
                 result["fair"] = fair(bases, args.admin_token, args)
             if "history" in phases:
@@ -551,8 +700,9 @@ def main(argv: list[str] | None = None) -> int:
             q = result["paced"]
             print(f"paced {q['target_rate']:.0f}/s single scores: achieved {q['achieved_rate']}/s, "
                   f"decision latency p50 {q['p50_ms']} ms, p99 {q['p99_ms']} ms, max {q['max_ms']} ms")
-            print(f"  CPU per request: server {q['server_cpu_ms_per_request']} ms, "
-                  f"client {q['client_cpu_ms_per_request']} ms")
+            print(f"  CPU per request: server {q['server_cpu_ms_per_request']} ms (in the kernel "
+                  f"{q['server_kernel_ms_per_request']} ms), client {q['client_cpu_ms_per_request']} ms "
+                  f"({args.client} client), database {q['database_cpu_ms_per_request']} ms")
         if "fair" in result:
             f = result["fair"]
             q = f["light"]

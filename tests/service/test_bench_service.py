@@ -14,16 +14,18 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_service_load_bench_reports_its_figures() -> None:
+@pytest.mark.parametrize("client", ["raw", "http.client"])
+def test_service_load_bench_reports_its_figures(client: str) -> None:
     cmd = [sys.executable, str(ROOT / "bench" / "service_load.py"), "--phases", "batched,paced",
-           "--seconds", "1", "--jobs", "4",
+           "--seconds", "1", "--jobs", "4", "--client", client,
            "--clients", "2", "--batch", "50", "--rate", "40", "--paced-threads", "2", "--json"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=180).stdout
     result = json.loads(out)
-    assert result["synchronous"] == "FULL"
+    assert result["synchronous"] == "FULL" and result["client"] == client
     assert result["batched"]["scores"] > 0 and result["batched"]["scores_per_s"] > 0
     paced = result["paced"]
     assert paced["requests"] == 40 and 0 < paced["p50_ms"] <= paced["p99_ms"] <= paced["max_ms"]
+    assert 0 <= paced["server_kernel_ms_per_request"] <= paced["server_cpu_ms_per_request"]
 
 
 def test_fast_path_bench_compares_the_two_lanes() -> None:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -63,3 +67,79 @@ def test_a_failed_commit_fails_every_unit_of_the_group() -> None:
     with pytest.raises(RuntimeError, match="disk full"):
         committer.run(lambda conn: 1)
     committer.close()
+
+
+def test_a_database_that_stays_locked_fails_the_begin_as_sqlalchemy_would(tmp_path: Path) -> None:
+    """``BEGIN IMMEDIATE`` runs on the driver connection (store/engine.py); a lock it cannot get
+    is still SQLAlchemy's ``OperationalError`` (the service's 503), and nothing is left open."""
+    store = open_store(f"sqlite:///{tmp_path / 'l.db'}")
+    holder = sqlite3.connect(tmp_path / "l.db", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+    try:
+        with store.engine.connect() as conn:
+            conn.connection.driver_connection.execute("PRAGMA busy_timeout = 50")  # type: ignore[union-attr]
+            conn.execution_options(evalstop_writes=True)
+            with pytest.raises(sa.exc.OperationalError, match="database is locked"), conn.begin():
+                pass
+            assert not conn.in_transaction()
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    with store.transaction() as conn:  # and the lock, once free, is taken as before
+        conn.execute(tenants.insert().values(name="t", token_hash="h", shadow=False, created_at=0))
+    store.dispose()
+
+
+def test_units_awaited_on_an_event_loop_are_answered_in_one_call_per_group(tmp_path: Path) -> None:
+    """``Store.write_async`` on SQLite: each awaiting task gets its own result or exception, a
+    unit whose task gave up before its group started never runs, and the committer calls into
+    the loop once for the whole group."""
+    store = open_store(f"sqlite:///{tmp_path / 'a.db'}")
+    committer = store.committer
+    assert committer is not None
+    gate, started = threading.Event(), threading.Event()
+    ran: list[int] = []
+
+    def unit(i: int) -> Callable[[Connection], int]:
+        def run(conn: Connection) -> int:
+            ran.append(i)
+            if i == 0:
+                started.set()
+                gate.wait(5)  # the first group holds the committer while the others queue up
+            row = {"name": f"t{i}", "token_hash": f"h{i}", "shadow": False, "created_at": 0}
+            conn.execute(tenants.insert().values(**row))
+            if i == 3:
+                raise ValueError("unit 3 refuses")
+            return i
+        return run
+
+    async def main() -> tuple[list[object], int]:
+        loop = asyncio.get_running_loop()
+        calls = 0
+        real = loop.call_soon_threadsafe
+
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            return real(*args, **kwargs)
+
+        loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+        first = asyncio.ensure_future(store.write_async(unit(0)))
+        await asyncio.to_thread(started.wait, 5)
+        calls = 0  # the to_thread above called into the loop too
+        rest = [asyncio.ensure_future(store.write_async(unit(i))) for i in range(1, 6)]
+        await asyncio.sleep(0)  # every unit is queued
+        rest[4].cancel()  # unit 5: its task gives up before its group starts
+        gate.set()
+        answers = await asyncio.gather(first, *rest, return_exceptions=True)
+        return list(answers), calls
+
+    answers, calls = asyncio.run(main())
+    assert answers[:3] == [0, 1, 2] and answers[4] == 4
+    assert isinstance(answers[3], ValueError) and isinstance(answers[5], asyncio.CancelledError)
+    # two groups (unit 0, then units 1-4 queued behind it): two calls into the loop for 5 units
+    assert sorted(ran) == [0, 1, 2, 3, 4] and calls == 2
+    with store.engine.connect() as conn:
+        names = set(conn.execute(sa.select(tenants.c.name)).scalars())
+    assert names == {"t0", "t1", "t2", "t4"}
+    store.dispose()

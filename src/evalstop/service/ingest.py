@@ -40,7 +40,7 @@ from typing import Any
 from ..detectors import Monitor
 from . import rewind as rewinding
 from .errors import Conflict, InvalidInput, PayloadTooLarge
-from .monitoring import load_monitor, observe_new
+from .monitoring import MEMO, load_monitor, observe_new, stored_text
 from .score import ScoreIn
 from .store import Conn, Limits, Store
 from .store import decision as decision_store
@@ -155,9 +155,9 @@ def _ingest(
     new, duplicates = score_store.new_scores(conn, job, scores_in)
     started = time.thread_time()
     changed = observe_new(monitor, new, job["metric"]) or job.get("monitor_state") is None
-    monitor_json = monitor.to_json() if changed else None
+    text = stored_text(monitor) if changed else job["monitor_state"]
     rule_cpu_s += time.thread_time() - started
-    score_store.write(store, conn, job_id, new, now, monitor_json)
+    score_store.write(store, conn, job_id, new, now, text if changed else None)
     verdict = monitor.verdict
     decided_now, note, state = False, verdict.reason, job["state"]
     enforced, shadow_stop = bool(job["enforced"]), bool(job["shadow_stop"])
@@ -166,8 +166,11 @@ def _ingest(
         decided_now, note, shadow = _maybe_decide(conn, job, monitor, now, job["detector_decided"])
         if decided_now and monitor.policy.on_detect == "rewind" and not shadow:  # rewound, or stopped instead
             rewind = rewinding.rewind_now(conn, job, monitor, now) if monitor.action == "rewind" else None
-            score_store.write(store, conn, job_id, (), now, monitor.to_json())
+            text = stored_text(monitor)
+            score_store.write(store, conn, job_id, (), now, text)
             verdict = monitor.verdict
+        elif decided_now:
+            text = None  # not written again after the decision: keep nothing (decoded next time)
         if decided_now and rewind is None:
             enforced, shadow_stop = enforced or not shadow, shadow_stop or shadow
             state = state if shadow else "stopping"
@@ -180,6 +183,8 @@ def _ingest(
         next_eval=None if enforced or state != "running" else monitor.next_eval().to_dict(),
         attempt=monitor.n_rewinds, rewind=rewind,
     )
+    if text is not None:  # the monitor is as stored (``text``) and nothing changes it any more
+        MEMO.keep(job_id, job["detector"], text, monitor)
     return rewinding.stale_reply(conn, job, result, monitor, stale) if stale else result
 
 

@@ -10,6 +10,8 @@ groups commits itself; there each unit gets its own transaction.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import queue
 import threading
 from collections.abc import Callable
@@ -19,7 +21,22 @@ from typing import Any, TypeVar
 from sqlalchemy.engine import Connection
 
 T = TypeVar("T")
-Unit = tuple[Callable[[Connection], Any], "Future[Any]"]
+#: A unit and who waits for it: a thread (a ``concurrent.futures.Future``) or a task on an
+#: event loop (:class:`LoopWaiter`).
+Unit = tuple[Callable[[Connection], Any], "Future[Any] | LoopWaiter"]
+Outcome = tuple["Future[Any] | LoopWaiter", Any, "BaseException | None"]
+
+
+class LoopWaiter:
+    """A unit's asyncio future and its loop. The committer answers every waiter of one loop in a
+    group with ONE call into that loop (one wake-up of the loop per group, not per unit; the
+    ``wrap_future`` of a thread future cost a wake-up and two futures' bookkeeping per unit)."""
+
+    __slots__ = ("future", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.future: asyncio.Future[Any] = loop.create_future()
 
 
 class GroupCommitter:
@@ -41,6 +58,14 @@ class GroupCommitter:
         future: Future[T] = Future()
         self._queue.put((unit, future))
         return future
+
+    def submit_async(self, unit: Callable[[Connection], T]) -> asyncio.Future[T]:
+        """:meth:`submit` for a task on the running event loop: await the returned future. A
+        future cancelled before its group starts is skipped too."""
+        self._ensure_thread()
+        waiter = LoopWaiter(asyncio.get_running_loop())
+        self._queue.put((unit, waiter))
+        return waiter.future
 
     def close(self) -> None:
         with self._lock:
@@ -73,10 +98,10 @@ class GroupCommitter:
             self._commit(group)
 
     def _commit(self, group: list[Unit]) -> None:
-        group = [(unit, future) for unit, future in group if future.set_running_or_notify_cancel()]
+        group = [(unit, waiter) for unit, waiter in group if _start(waiter)]
         if not group:
             return
-        outcomes: list[tuple[Future[Any], Any, BaseException | None]] = []
+        outcomes: list[Outcome] = []
         try:
             with self._begin() as conn:
                 # SAVEPOINTs straight on the driver connection: SQLAlchemy's begin_nested() cost
@@ -96,12 +121,39 @@ class GroupCommitter:
                         raw.execute("RELEASE evalstop_unit")
                         outcomes.append((future, result, None))
         except Exception as exc:  # the commit itself failed: nobody's write is durable
-            for _, future in group:
-                if not future.done():
-                    future.set_exception(exc)
+            _answer([(waiter, None, exc) for _, waiter in group])
             return
-        for future, result, error in outcomes:
+        _answer(outcomes)
+
+
+def _start(waiter: Future[Any] | LoopWaiter) -> bool:
+    """Whether the unit still runs: False for a waiter cancelled before its group started."""
+    if isinstance(waiter, LoopWaiter):
+        return not waiter.future.cancelled()  # a flag read across threads: at worst one stale run
+    return waiter.set_running_or_notify_cancel()
+
+
+def _answer(outcomes: list[Outcome]) -> None:
+    """Settle every waiter: thread futures here, each loop's futures in one call into it."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any, BaseException | None]]] = {}
+    for waiter, result, error in outcomes:
+        if isinstance(waiter, LoopWaiter):
+            by_loop.setdefault(waiter.loop, []).append((waiter.future, result, error))
+        elif not waiter.done():
             if error is not None:
-                future.set_exception(error)
+                waiter.set_exception(error)
             else:
-                future.set_result(result)
+                waiter.set_result(result)
+    for loop, settled in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(_settle, settled)
+
+
+def _settle(settled: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
+    for future, result, error in settled:
+        if future.done():  # cancelled by its task meanwhile
+            continue
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)

@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -45,10 +44,11 @@ class Dialect:
         raise NotImplementedError
 
     def write_scores(
-        self, conn: Connection, rows: Sequence[tuple[Any, ...]], job_id: str, state: dict[str, Any] | None
+        self, conn: Connection, rows: Sequence[tuple[Any, ...]], job_id: str, state: str | None
     ) -> None:
         """Insert the score ``rows`` (:data:`SCORE_COLUMNS`) and, unless ``state`` is None, write
-        the job's monitor state, in the caller's transaction."""
+        the job's monitor state (JSON text, stored as it is: ingest reads it back as text and
+        compares), in the caller's transaction."""
         raise NotImplementedError
 
     def claimable(self, query: sa.Select[Any]) -> sa.Select[Any]:
@@ -89,14 +89,13 @@ class Sqlite(Dialect):
         return None if found is None else dict(zip(read.columns, found, strict=True))
 
     def write_scores(
-        self, conn: Connection, rows: Sequence[tuple[Any, ...]], job_id: str, state: dict[str, Any] | None
+        self, conn: Connection, rows: Sequence[tuple[Any, ...]], job_id: str, state: str | None
     ) -> None:
         raw = _raw(conn)
         if rows:
             raw.executemany(self._insert, rows)
         if state is not None:
-            raw.execute("UPDATE jobs SET monitor_state = ? WHERE id = ?",
-                        (json.dumps(state, allow_nan=False), job_id))
+            raw.execute("UPDATE jobs SET monitor_state = ? WHERE id = ?", (state, job_id))
 
     def now(self) -> sa.ColumnElement[Any]:
         return sa.literal(time.time())  # one process: its clock is the only one
@@ -147,7 +146,7 @@ class Postgres(Dialect):
         return job
 
     def write_scores(
-        self, conn: Connection, rows: Sequence[tuple[Any, ...]], job_id: str, state: dict[str, Any] | None
+        self, conn: Connection, rows: Sequence[tuple[Any, ...]], job_id: str, state: str | None
     ) -> None:
         raw = _raw(conn)
         if len(rows) > self.copy_from:
@@ -162,7 +161,7 @@ class Postgres(Dialect):
             sql = self._insert + ", ".join(self._row for _ in rows)
             params = [v for r in rows for v in r]
         if state is not None:
-            update = (self._update, [json.dumps(state, allow_nan=False), job_id])
+            update = (self._update, [state, job_id])
             sql = f"WITH new AS ({sql}) {update[0]}" if sql else update[0]
             params += update[1]
         if sql:

@@ -38,10 +38,10 @@ def new_scores(conn: Connection, job: JobRow, items: Sequence[ScoreIn]) -> tuple
 
 def write(
     store: Store, conn: Connection, job_id: str, new: Sequence[ScoreIn], now: float,
-    monitor_state: dict[str, Any] | None,
+    monitor_state: str | None,
 ) -> None:
     """Insert the ``new`` scores (from :func:`new_scores`) and, unless None, the job's monitor
-    state: one statement on PostgreSQL."""
+    state (its JSON text, stored as given): one statement on PostgreSQL."""
     fixed = {"job_id": job_id, "received_at": now}
     rows = [tuple(fixed[c] if c in fixed else s.__dict__[c] for c in SCORE_COLUMNS) for s in new]
     store.dialect.write_scores(conn, rows, job_id, monitor_state)

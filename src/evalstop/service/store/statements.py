@@ -26,11 +26,15 @@ INGEST_COLUMNS = ("id", "metric", "detector", "state", "override", "shadow", "mo
 
 
 def ingest_job(scoped: bool, *, lock: bool) -> sa.Select[Any]:
-    """The job's :data:`INGEST_COLUMNS` and its tenant's shadow flag (as ``tenant_shadow``); with
-    ``lock``, the job row locked ``FOR UPDATE`` (PostgreSQL), else with :func:`job_state` too
-    (SQLite, whose transaction already holds the write lock)."""
+    """The job's :data:`INGEST_COLUMNS` (``monitor_state`` as text) and its tenant's shadow flag
+    (as ``tenant_shadow``); with ``lock``, the job row locked ``FOR UPDATE`` (PostgreSQL), else
+    with :func:`job_state` too (SQLite, whose transaction already holds the write lock)."""
     state = [] if lock else job_state(jobs.c.id, jobs.c.metric)
-    query = (sa.select(*(jobs.c[n] for n in INGEST_COLUMNS), tenants.c.shadow.label("tenant_shadow"), *state)
+    # the monitor as its stored text: the driver does not parse it, and ingest compares it with
+    # the text it kept (service/monitoring.py, MEMO)
+    columns = [sa.cast(jobs.c[n], sa.Text).label(n) if n == "monitor_state" else jobs.c[n]
+               for n in INGEST_COLUMNS]
+    query = (sa.select(*columns, tenants.c.shadow.label("tenant_shadow"), *state)
              .join(tenants, tenants.c.name == jobs.c.tenant).where(jobs.c.id == sa.bindparam("job_id")))
     if lock:
         query = query.with_for_update(of=jobs)
