@@ -47,6 +47,7 @@ import numpy as np
 from scipy import stats
 
 from evalstop.testbed import WorkloadSpec, make_plan
+from evalstop.testbed.predict import REPLICAS
 from evalstop.testbed.run import ENGINE_MODEL, calibrate, finish, fit_model, run_testbed
 
 #: Operating point -> (changes to the trace, a CPU-bound process alongside?)
@@ -88,6 +89,18 @@ def figures(summary: dict[str, Any]) -> dict[str, tuple[float | None, str]]:
         rows |= {
             "held-out error, mean JCT, enforced": (pred["enforced"]["jct_mean_error"], PERCENT),
             "held-out error, p95 JCT, enforced": (pred["enforced"]["jct_p95_error"], PERCENT),
+            "held-out error, mean JCT, enforced, expected start-up": (
+                pred["expected_startup"]["enforced"]["jct_mean_error"]
+                if "expected_startup" in pred
+                else None,
+                PERCENT,
+            ),
+            "held-out error, p95 JCT, enforced, expected start-up": (
+                pred["expected_startup"]["enforced"]["jct_p95_error"]
+                if "expected_startup" in pred
+                else None,
+                PERCENT,
+            ),
             "held-out error, mean JCT, enforced, constant start-up": (
                 pred["constant_startup"]["enforced"]["jct_mean_error"]
                 if "constant_startup" in pred
@@ -242,7 +255,14 @@ def run_point(args: argparse.Namespace, point: str) -> list[dict[str, tuple[floa
             else:
                 summary = attempt(
                     partial(
-                        run_testbed, spec, args.slots, folder, command=cmd, engine_model=model, **options
+                        run_testbed,
+                        spec,
+                        args.slots,
+                        folder,
+                        command=cmd,
+                        engine_model=model,
+                        replicas=args.replicas,
+                        **options,
                     ),
                     f"{point} seed {seed}",
                     folder,
@@ -274,6 +294,13 @@ def main() -> None:
     parser.add_argument("--sft-share", type=float, default=0.2)
     parser.add_argument("--grpo-share", type=float, default=0.2, help="TRL GRPO jobs at the grpo point")
     parser.add_argument("--max-slots", type=int, default=1, help="jobs take 1..M slots (default 1)")
+    parser.add_argument(
+        "--replicas",
+        type=int,
+        default=REPLICAS,
+        help="start-up samples the prediction averages over (default %(default)s; a --reuse keeps the "
+        "run's own)",
+    )
     parser.add_argument("--out", type=Path, default=Path("bench-testbed"))
     parser.add_argument("--sequential", action="store_true", help="one arm after the other")
     parser.add_argument(
