@@ -147,7 +147,7 @@ def fmt(value: float, unit: str) -> str:
 
 
 def table(rows: list[dict[str, tuple[float | None, str]]], seeds: list[int]) -> list[str]:
-    lines = [f"  {'':<52} {'mean [95 % t-interval]':<26} per seed ({' / '.join(map(str, seeds))})"]
+    lines = [f"  {'':<56} {'mean [95 % t-interval]':<26} per seed ({' / '.join(map(str, seeds))})"]
     for key in rows[0]:
         unit = rows[0][key][1]
         values = [r[key][0] if key in r else None for r in rows]
@@ -157,7 +157,7 @@ def table(rows: list[dict[str, tuple[float | None, str]]], seeds: list[int]) -> 
         mean, lo, hi = t_interval(xs)
         ci = f"{fmt(mean, unit)} [{fmt(lo, unit)}, {fmt(hi, unit)}]" if len(xs) > 1 else fmt(mean, unit)
         each = " / ".join("-" if v is None else fmt(v, unit) for v in values)
-        lines.append(f"  {key:<52} {ci:<26} {each}")
+        lines.append(f"  {key:<56} {ci:<26} {each}")
     return lines
 
 

@@ -231,3 +231,12 @@ def test_a_bad_engine_model_file_is_a_one_line_error(
         err = capsys.readouterr().err
         assert "'--engine-model' parameter" in err and str(path) in err and err.count("\n") == 1
     assert not (tmp_path / "out").exists()  # nothing ran
+
+
+def test_a_bad_replicas_count_is_a_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from evalstop.cli import main
+
+    assert main(["testbed", "--replicas", "0", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "'--replicas' parameter" in err and "Got 0" in err and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()  # nothing ran
