@@ -47,6 +47,7 @@ import numpy as np
 from scipy import stats
 
 from evalstop.testbed import WorkloadSpec, make_plan
+from evalstop.testbed.grpo import GRPO_EVALS
 from evalstop.testbed.predict import REPLICAS
 from evalstop.testbed.run import ENGINE_MODEL, calibrate, finish, fit_model, run_testbed
 
@@ -131,11 +132,57 @@ def figures(summary: dict[str, Any]) -> dict[str, tuple[float | None, str]]:
         "dispatch to first line mean (s), shadow": (arms["shadow"]["startup_mean_s"], "s"),
         "dispatch to first line mean (s), enforced": (arms["enforced"]["startup_mean_s"], "s"),
     }
+    grpo = grpo_runs(summary)
+    rows["GRPO jobs, first line to end mean (s)"] = (
+        float(np.mean([r[0] for r in grpo])) if grpo else None,
+        "s",
+    )
+    rows["GRPO jobs, other GRPO jobs beside (mean)"] = (
+        float(np.mean([r[1] for r in grpo])) if grpo else None,
+        "",
+    )
     load = summary.get("load_average")
     if load:
         rows["load average (1 min) at start"] = (load["start"][0], "")
         rows["load average (1 min) at end"] = (load["end"][0], "")
     return rows
+
+
+def grpo_runs(summary: dict[str, Any]) -> list[tuple[float, float]]:
+    """Per GRPO job that ran every eval (both arms: they share one clock): its time from the first
+    line to its end, and the number of other GRPO jobs (either arm) running beside it, averaged
+    over that time. The GRPO jobs are unpaced CPU work, so the second drives the first."""
+    jobs = [
+        (arm, j)
+        for arm, js in summary["jobs"].items()
+        for j in js
+        if j["kind"].startswith("grpo") and j["proc_start_s"] is not None
+    ]
+    out = []
+    for arm, j in jobs:
+        s, e = j["proc_start_s"], j["end_s"]
+        if j["enforced_stop"] or j["n_evals"] < GRPO_EVALS or e <= s:
+            continue
+        beside = sum(
+            max(0.0, min(e, k["end_s"]) - max(s, k["proc_start_s"]))
+            for a, k in jobs
+            if (a, k["name"]) != (arm, j["name"])
+        )
+        out.append((e - s, beside / (e - s)))
+    return out
+
+
+def contention(runs: list[tuple[float, float]]) -> str:
+    """One line: GRPO run time against the GRPO jobs beside it (least squares, correlation)."""
+    if len(runs) < 3:
+        return ""
+    t, beside = (np.array([r[i] for r in runs]) for i in range(2))
+    slope, base = np.polyfit(beside, t, 1)
+    return (
+        f"GRPO jobs that ran every eval ({len(runs)}, calibration and seeds): first line to end "
+        f"{t.min():.1f}-{t.max():.1f} s; = {base:.1f} s + {slope:.1f} s per other GRPO job beside it "
+        f"(correlation {np.corrcoef(beside, t)[0, 1]:.2f})"
+    )
 
 
 def fmt(value: float, unit: str) -> str:
@@ -246,6 +293,7 @@ def run_point(args: argparse.Namespace, point: str) -> list[dict[str, tuple[floa
                 cal,
             )
         print(f"{point}: engine model {model.describe()}", flush=True)
+        runs = grpo_runs(json.loads((cal / "summary.json").read_text()))
         rows = []
         for seed in args.seeds:
             spec, folder = spec_for(args, point, seed, args.jobs), root / f"seed-{seed}"
@@ -268,8 +316,11 @@ def run_point(args: argparse.Namespace, point: str) -> list[dict[str, tuple[floa
                     folder,
                 )
             rows.append(figures(summary))
+            runs += grpo_runs(summary)
             brief = {k: None if v is None else round(v, 4) for k, (v, _) in rows[-1].items()}
             print(f"{point} seed {seed}: {json.dumps(brief)}", flush=True)
+        if contention(runs):
+            print(f"{point}: {contention(runs)}", flush=True)
         return rows
     finally:
         if hog is not None:
