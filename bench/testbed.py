@@ -22,11 +22,14 @@ training); ``short`` (0.01 s steps: start-up larger than training); ``grpo`` (a 
 
 Printed per point: for each figure, the mean over seeds with a 95 % Student-t interval and the
 value of every seed, percentages as percentages: the held-out prediction error on mean and p95 JCT
-(enforced and shadow arm), the in-sample diagnostic (the simulator fitted on the evaluated run
-itself: not a prediction), the real JCT change and slot-hours saved, the rule's precision, recall
-and FPR, the arms' start-up means and the machine's load average at the start and end of each
-run. Time: about (jobs x per-job wall time / slots) per seed and per calibration (~4 minutes at
-40 jobs and 2 slots on Ray, the default point).
+(enforced and shadow arm; each job's start-up sampled from the engine model's spread over
+``--replicas`` replicas, and beside it the variants with each job's expected start-up and with one
+constant start-up), the GRPO jobs' run time and the GRPO jobs beside them, the in-sample
+diagnostic (the simulator fitted on the evaluated run itself: not a prediction), the real JCT
+change and slot-hours saved, the rule's precision, recall and FPR, the arms' start-up means and
+the machine's load average at the start and end of each run. Time: about (jobs x per-job wall
+time / slots) per seed and per calibration (~4 minutes at 40 jobs and 2 slots on Ray, the
+default point).
 """
 
 from __future__ import annotations
