@@ -22,11 +22,14 @@ training); ``short`` (0.01 s steps: start-up larger than training); ``grpo`` (a 
 
 Printed per point: for each figure, the mean over seeds with a 95 % Student-t interval and the
 value of every seed, percentages as percentages: the held-out prediction error on mean and p95 JCT
-(enforced and shadow arm), the in-sample diagnostic (the simulator fitted on the evaluated run
-itself: not a prediction), the real JCT change and slot-hours saved, the rule's precision, recall
-and FPR, the arms' start-up means and the machine's load average at the start and end of each
-run. Time: about (jobs x per-job wall time / slots) per seed and per calibration (~4 minutes at
-40 jobs and 2 slots on Ray, the default point).
+(enforced and shadow arm; each job's start-up sampled from the engine model's spread over
+``--replicas`` replicas, and beside it the variants with each job's expected start-up and with one
+constant start-up), the GRPO jobs' run time and the GRPO jobs beside them, the in-sample
+diagnostic (the simulator fitted on the evaluated run itself: not a prediction), the real JCT
+change and slot-hours saved, the rule's precision, recall and FPR, the arms' start-up means and
+the machine's load average at the start and end of each run. Time: about (jobs x per-job wall
+time / slots) per seed and per calibration (~4 minutes at 40 jobs and 2 slots on Ray, the
+default point).
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ import numpy as np
 from scipy import stats
 
 from evalstop.testbed import WorkloadSpec, make_plan
+from evalstop.testbed.grpo import GRPO_EVALS
+from evalstop.testbed.predict import REPLICAS
 from evalstop.testbed.run import ENGINE_MODEL, calibrate, finish, fit_model, run_testbed
 
 #: Operating point -> (changes to the trace, a CPU-bound process alongside?)
@@ -88,6 +93,18 @@ def figures(summary: dict[str, Any]) -> dict[str, tuple[float | None, str]]:
         rows |= {
             "held-out error, mean JCT, enforced": (pred["enforced"]["jct_mean_error"], PERCENT),
             "held-out error, p95 JCT, enforced": (pred["enforced"]["jct_p95_error"], PERCENT),
+            "held-out error, mean JCT, enforced, expected start-up": (
+                pred["expected_startup"]["enforced"]["jct_mean_error"]
+                if "expected_startup" in pred
+                else None,
+                PERCENT,
+            ),
+            "held-out error, p95 JCT, enforced, expected start-up": (
+                pred["expected_startup"]["enforced"]["jct_p95_error"]
+                if "expected_startup" in pred
+                else None,
+                PERCENT,
+            ),
             "held-out error, mean JCT, enforced, constant start-up": (
                 pred["constant_startup"]["enforced"]["jct_mean_error"]
                 if "constant_startup" in pred
@@ -118,11 +135,57 @@ def figures(summary: dict[str, Any]) -> dict[str, tuple[float | None, str]]:
         "dispatch to first line mean (s), shadow": (arms["shadow"]["startup_mean_s"], "s"),
         "dispatch to first line mean (s), enforced": (arms["enforced"]["startup_mean_s"], "s"),
     }
+    grpo = grpo_runs(summary)
+    rows["GRPO jobs, first line to end mean (s)"] = (
+        float(np.mean([r[0] for r in grpo])) if grpo else None,
+        "s",
+    )
+    rows["GRPO jobs, other GRPO jobs beside (mean)"] = (
+        float(np.mean([r[1] for r in grpo])) if grpo else None,
+        "",
+    )
     load = summary.get("load_average")
     if load:
         rows["load average (1 min) at start"] = (load["start"][0], "")
         rows["load average (1 min) at end"] = (load["end"][0], "")
     return rows
+
+
+def grpo_runs(summary: dict[str, Any]) -> list[tuple[float, float]]:
+    """Per GRPO job that ran every eval (both arms: they share one clock): its time from the first
+    line to its end, and the number of other GRPO jobs (either arm) running beside it, averaged
+    over that time. The GRPO jobs are unpaced CPU work, so the second drives the first."""
+    jobs = [
+        (arm, j)
+        for arm, js in summary["jobs"].items()
+        for j in js
+        if j["kind"].startswith("grpo") and j["proc_start_s"] is not None
+    ]
+    out = []
+    for arm, j in jobs:
+        s, e = j["proc_start_s"], j["end_s"]
+        if j["enforced_stop"] or j["n_evals"] < GRPO_EVALS or e <= s:
+            continue
+        beside = sum(
+            max(0.0, min(e, k["end_s"]) - max(s, k["proc_start_s"]))
+            for a, k in jobs
+            if (a, k["name"]) != (arm, j["name"])
+        )
+        out.append((e - s, beside / (e - s)))
+    return out
+
+
+def contention(runs: list[tuple[float, float]]) -> str:
+    """One line: GRPO run time against the GRPO jobs beside it (least squares, correlation)."""
+    if len(runs) < 3:
+        return ""
+    t, beside = (np.array([r[i] for r in runs]) for i in range(2))
+    slope, base = np.polyfit(beside, t, 1)
+    return (
+        f"GRPO jobs that ran every eval ({len(runs)}, calibration and seeds): first line to end "
+        f"{t.min():.1f}-{t.max():.1f} s; = {base:.1f} s + {slope:.1f} s per other GRPO job beside it "
+        f"(correlation {np.corrcoef(beside, t)[0, 1]:.2f})"
+    )
 
 
 def fmt(value: float, unit: str) -> str:
@@ -134,7 +197,7 @@ def fmt(value: float, unit: str) -> str:
 
 
 def table(rows: list[dict[str, tuple[float | None, str]]], seeds: list[int]) -> list[str]:
-    lines = [f"  {'':<52} {'mean [95 % t-interval]':<26} per seed ({' / '.join(map(str, seeds))})"]
+    lines = [f"  {'':<56} {'mean [95 % t-interval]':<26} per seed ({' / '.join(map(str, seeds))})"]
     for key in rows[0]:
         unit = rows[0][key][1]
         values = [r[key][0] if key in r else None for r in rows]
@@ -144,7 +207,7 @@ def table(rows: list[dict[str, tuple[float | None, str]]], seeds: list[int]) -> 
         mean, lo, hi = t_interval(xs)
         ci = f"{fmt(mean, unit)} [{fmt(lo, unit)}, {fmt(hi, unit)}]" if len(xs) > 1 else fmt(mean, unit)
         each = " / ".join("-" if v is None else fmt(v, unit) for v in values)
-        lines.append(f"  {key:<52} {ci:<26} {each}")
+        lines.append(f"  {key:<56} {ci:<26} {each}")
     return lines
 
 
@@ -233,6 +296,7 @@ def run_point(args: argparse.Namespace, point: str) -> list[dict[str, tuple[floa
                 cal,
             )
         print(f"{point}: engine model {model.describe()}", flush=True)
+        runs = grpo_runs(json.loads((cal / "summary.json").read_text()))
         rows = []
         for seed in args.seeds:
             spec, folder = spec_for(args, point, seed, args.jobs), root / f"seed-{seed}"
@@ -242,14 +306,24 @@ def run_point(args: argparse.Namespace, point: str) -> list[dict[str, tuple[floa
             else:
                 summary = attempt(
                     partial(
-                        run_testbed, spec, args.slots, folder, command=cmd, engine_model=model, **options
+                        run_testbed,
+                        spec,
+                        args.slots,
+                        folder,
+                        command=cmd,
+                        engine_model=model,
+                        replicas=args.replicas,
+                        **options,
                     ),
                     f"{point} seed {seed}",
                     folder,
                 )
             rows.append(figures(summary))
+            runs += grpo_runs(summary)
             brief = {k: None if v is None else round(v, 4) for k, (v, _) in rows[-1].items()}
             print(f"{point} seed {seed}: {json.dumps(brief)}", flush=True)
+        if contention(runs):
+            print(f"{point}: {contention(runs)}", flush=True)
         return rows
     finally:
         if hog is not None:
@@ -274,6 +348,13 @@ def main() -> None:
     parser.add_argument("--sft-share", type=float, default=0.2)
     parser.add_argument("--grpo-share", type=float, default=0.2, help="TRL GRPO jobs at the grpo point")
     parser.add_argument("--max-slots", type=int, default=1, help="jobs take 1..M slots (default 1)")
+    parser.add_argument(
+        "--replicas",
+        type=int,
+        default=REPLICAS,
+        help="start-up samples the prediction averages over (default %(default)s; a --reuse keeps the "
+        "run's own)",
+    )
     parser.add_argument("--out", type=Path, default=Path("bench-testbed"))
     parser.add_argument("--sequential", action="store_true", help="one arm after the other")
     parser.add_argument(

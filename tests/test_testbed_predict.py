@@ -8,12 +8,16 @@ eval from the default rule). On those records:
 - :func:`fit` recovers the engine that made them (start-up slope in load, stop latency, eval
   timing), and a prediction with the recovered model reproduces the run's mean JCT;
 - the prediction reads nothing from the evaluated run: corrupting that run's measured start-ups,
-  eval times and stop latencies leaves it unchanged, while the in-sample diagnostic moves.
+  eval times and stop latencies leaves it unchanged, while the in-sample diagnostic moves;
+- the sampled prediction (each job's start-up drawn from the model's spread) is the same for a
+  seed, moves with the seed and with the spread, and is the expected-start-up prediction when
+  the spread is 0.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +28,7 @@ from evalstop import Monitor
 from evalstop.detectors import DEFAULT_SPEC, Eval
 from evalstop.testbed import WorkloadSpec, make_plan
 from evalstop.testbed.engine_model import EngineModel, KindTiming, fit
-from evalstop.testbed.predict import curve, predict_trace
+from evalstop.testbed.predict import curve, predict_sampled, predict_trace
 from evalstop.testbed.run import PREDICTION, finish
 from evalstop.testbed.workload import JobPlan
 
@@ -155,7 +159,8 @@ def test_prediction_reads_nothing_from_the_evaluated_run(plan: list[JobPlan], tm
     model = fit(
         made_run(make_plan(WorkloadSpec(**{**SPEC.__dict__, "seed": 8})), TRUE), plan, {"concurrent": True}
     )
-    pred = predict_trace(plan, model, SLOTS, concurrent=True, curves=curves(plan))
+    assert model.startup_residual_sd_s > 0  # the spread is sampled, so the draws are checked too
+    pred = predict_sampled(plan, model, SLOTS, True, SPEC.seed, replicas=8, curves=curves(plan))
     (tmp_path / PREDICTION).write_text(json.dumps(pred))
     raw = made_run(plan, TRUE)
     first = finish(tmp_path, raw, meta(plan), figures=False)
@@ -169,10 +174,13 @@ def test_prediction_reads_nothing_from_the_evaluated_run(plan: list[JobPlan], tm
                 r["end_s"] += float(rng.uniform(1.0, 4.0))
     second = finish(tmp_path, raw, meta(plan), figures=False)
     for arm in ("shadow", "enforced"):
+        # the analysis recomputes the prediction made before the run, from the model alone
+        assert first["prediction"][arm]["pred_jct_mean_s"] == pred["arms"][arm]["jct_mean_s"]
         for key in ("pred_jct_mean_s", "pred_jct_p95_s", "pred_stopped"):
             assert first["prediction"][arm][key] == second["prediction"][arm][key], (arm, key)
-            flat = first["prediction"]["constant_startup"][arm][key]
-            assert flat == second["prediction"]["constant_startup"][arm][key], (arm, key)
+            for variant in ("expected_startup", "constant_startup"):
+                was = first["prediction"][variant][arm][key]
+                assert was == second["prediction"][variant][arm][key], (variant, arm, key)
     assert json.loads((tmp_path / PREDICTION).read_text()) == json.loads(json.dumps(pred))
     # the corruption was real: the in-sample diagnostic (fitted on the run) and the real figures moved
     assert first["simulator"]["startup_s"] != second["simulator"]["startup_s"]
@@ -181,6 +189,34 @@ def test_prediction_reads_nothing_from_the_evaluated_run(plan: list[JobPlan], tm
         first["prediction"]["enforced"]["real_jct_mean_s"]
         != second["prediction"]["enforced"]["real_jct_mean_s"]
     )
+
+
+def test_the_sampled_prediction_is_seeded_and_follows_the_spread(plan: list[JobPlan]) -> None:
+    c = curves(plan)
+
+    def sampled(model: EngineModel, seed: int) -> dict[str, Any]:
+        return predict_sampled(plan, model, SLOTS, True, seed, replicas=6, curves=c)
+
+    spread = replace(TRUE, startup_residual_sd_s=0.8)
+    first = sampled(spread, 7)
+    assert first["sampling"]["replicas"] == 6
+    assert json.dumps(first) == json.dumps(sampled(spread, 7))  # the same seed: the same prediction
+    other = sampled(spread, 8)
+    for arm in ("shadow", "enforced"):
+        replica_means = first["sampling"]["replica_jct_mean_s"][arm]
+        assert len(set(replica_means)) == 6  # each replica drew its own start-ups
+        assert first["arms"][arm]["jct_mean_s"] == pytest.approx(np.mean(replica_means), rel=1e-12)
+        assert other["arms"][arm]["jct_mean_s"] != first["arms"][arm]["jct_mean_s"]
+    # no spread: every replica is the expected-start-up prediction, which the result also carries
+    flat = sampled(TRUE, 7)
+    expected = predict_trace(plan, TRUE, SLOTS, concurrent=True, curves=c)
+    for arm in ("shadow", "enforced"):
+        mean = expected["arms"][arm]["jct_mean_s"]
+        assert flat["arms"][arm]["jct_mean_s"] == pytest.approx(mean, rel=1e-12)
+        assert first["expected_startup"]["arms"][arm]["jct_mean_s"] == mean
+        assert first["arms"][arm]["jct_mean_s"] != pytest.approx(mean, rel=1e-3)  # the spread moved it
+    with pytest.raises(ValueError, match="'replicas' parameter"):
+        predict_sampled(plan, TRUE, SLOTS, True, 7, replicas=0, curves=c)
 
 
 def test_a_bad_engine_model_file_is_a_one_line_error(
@@ -194,4 +230,13 @@ def test_a_bad_engine_model_file_is_a_one_line_error(
         assert main(["testbed", "--engine-model", str(path), "--out", str(tmp_path / "out")]) == 2
         err = capsys.readouterr().err
         assert "'--engine-model' parameter" in err and str(path) in err and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()  # nothing ran
+
+
+def test_a_bad_replicas_count_is_a_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from evalstop.cli import main
+
+    assert main(["testbed", "--replicas", "0", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "'--replicas' parameter" in err and "Got 0" in err and err.count("\n") == 1
     assert not (tmp_path / "out").exists()  # nothing ran

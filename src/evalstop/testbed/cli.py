@@ -26,6 +26,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the engine model from 'evalstop testbed calibrate': the trace is predicted from its "
         "plan and this file before it runs, and the prediction is held against the run",
     )
+    parser.add_argument(
+        "--replicas",
+        type=int,
+        default=64,
+        metavar="N",
+        help="with --engine-model: the prediction is the average of N replicas, each job's start-up "
+        "drawn from the model's spread with the trace's seed (default 64)",
+    )
     parser.add_argument("--jobs", type=int, default=8, help="number of training jobs (default 8)")
     parser.add_argument(
         "--engine",
@@ -102,6 +110,10 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("The '--engine-model' parameter is for a run, not for calibrate.")
         if args.slots < 1:
             raise ValueError(f"The '--slots' parameter must be an int >= 1. Got {args.slots!r} instead.")
+        if args.replicas < 1:
+            raise ValueError(
+                f"The '--replicas' parameter must be an int >= 1. Got {args.replicas!r} instead."
+            )
         spec = WorkloadSpec(
             n_jobs=args.jobs,
             seed=args.seed,
@@ -142,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
         fitted = calibrate(spec, args.slots, args.out, **options)
         print(f"engine model: {fitted.describe()}\nwrote {args.out / ENGINE_MODEL}")
         return 0
-    summary = run_testbed(spec, args.slots, args.out, engine_model=model, **options)
+    summary = run_testbed(spec, args.slots, args.out, engine_model=model, replicas=args.replicas, **options)
     print((args.out / "summary.md").read_text(), end="")
     c = summary["comparison"]
     print(

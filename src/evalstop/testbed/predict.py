@@ -15,6 +15,16 @@ point: simulate both arms, read each job's load (the slots other jobs hold at it
 in both arms when they share the engine at once) and its start-up from the model, simulate again,
 until the start-ups settle (damped, at most ``ITERATIONS`` rounds).
 
+The start-up's spread (the model's residual sd) matters in a queue: a slow start-up delays every
+job behind it. :func:`predict_sampled`, the headline, draws each job's deviation from its expected
+start-up (normal with the residual sd, the start-up floored at 0) from the seeded stream
+``SeedSequence([trace seed, STARTUP_STREAM])``, one draw per job and arm, for each of
+``replicas`` replicas (default ``REPLICAS``), runs the fixed point above with those deviations,
+and reports the average over the replicas of each figure (mean JCT, p95 JCT, slot-hours; per job
+its start and start-up; a job is predicted stopped if most replicas stop it).
+:func:`predict_trace` with no deviations (every job its expected start-up) is kept as the variant
+``expected_startup``.
+
 Nothing measured on the evaluated run reaches :func:`predict_trace`: its arguments are the plan,
 the model and the cluster's shape (tests/test_testbed_predict.py corrupts a run's measurements and
 checks the prediction does not move).
@@ -35,6 +45,8 @@ from .workload import JobPlan
 
 ITERATIONS = 40
 TOLERANCE_S = 1e-3
+REPLICAS = 64
+STARTUP_STREAM = 0x57A27  # the start-up sampler's stream, beside the trace seed
 
 
 def curve(job: JobPlan) -> dict[str, list[Any]]:
@@ -70,13 +82,20 @@ def predict_trace(
     slots: int,
     concurrent: bool,
     curves: dict[str, dict[str, list[Any]]] | None = None,
+    deviations: dict[str, np.ndarray] | None = None,
 ) -> dict[str, Any]:
     """Both arms' simulated schedules (per job: start, end, JCT, killed) and figures (mean and
     p95 JCT, slot-hours), from ``plan`` and ``model`` only. ``curves`` by job name (default:
-    computed, :func:`curve`)."""
+    computed, :func:`curve`). ``deviations``: per arm, each job's start-up deviation from the
+    model's expected start-up, in the order of arrival (default: none)."""
     jobs = sorted(plan, key=lambda j: (j.arrival_s, j.name))
     curves = curves if curves is not None else {j.name: curve(j) for j in jobs}
-    startups = {arm: np.array([model.startup_s(0, j.slots) for j in jobs]) for arm, _ in POLICIES}
+    dev = deviations if deviations is not None else {arm: np.zeros(len(jobs)) for arm, _ in POLICIES}
+
+    def startup(arm: str, i: int, busy: float) -> float:
+        return max(0.0, model.startup_s(busy, jobs[i].slots) + float(dev[arm][i]))
+
+    startups = {arm: np.array([startup(arm, i, 0) for i in range(len(jobs))]) for arm, _ in POLICIES}
     converged = False
     for _ in range(ITERATIONS):
         used = {arm: startups[arm].copy() for arm, _ in POLICIES}  # the start-ups of this round's runs
@@ -99,10 +118,7 @@ def predict_trace(
             pool = [s for a in spans for s in spans[a]] if concurrent else spans[arm]
             offset = 0 if not concurrent or arm == POLICIES[0][0] else len(spans[POLICIES[0][0]])
             new = np.array(
-                [
-                    model.startup_s(busy_slots(spans[arm][i][0], pool, offset + i), j.slots)
-                    for i, j in enumerate(jobs)
-                ]
+                [startup(arm, i, busy_slots(spans[arm][i][0], pool, offset + i)) for i in range(len(jobs))]
             )
             change = max(change, float(np.max(np.abs(new - startups[arm]))))
             startups[arm] = 0.5 * (startups[arm] + new)
@@ -139,6 +155,66 @@ def predict_trace(
     }
 
 
+def predict_sampled(
+    plan: list[JobPlan],
+    model: EngineModel,
+    slots: int,
+    concurrent: bool,
+    seed: int,
+    replicas: int = REPLICAS,
+    curves: dict[str, dict[str, list[Any]]] | None = None,
+) -> dict[str, Any]:
+    """The prediction with each job's start-up drawn from the model's spread: the average of
+    ``replicas`` runs of :func:`predict_trace`, the deviations from the seeded stream of the
+    trace's ``seed``. The same shape as :func:`predict_trace`'s, plus ``sampling`` (seed,
+    replicas, and each replica's mean JCT per arm) and ``expected_startup`` (the prediction
+    without the spread)."""
+    if replicas < 1:
+        raise ValueError(f"The 'replicas' parameter must be an int >= 1. Got {replicas!r} instead.")
+    jobs = sorted(plan, key=lambda j: (j.arrival_s, j.name))
+    curves = curves if curves is not None else {j.name: curve(j) for j in jobs}
+    expected = predict_trace(plan, model, slots, concurrent, curves=curves)
+    rng = np.random.default_rng(np.random.SeedSequence([seed, STARTUP_STREAM]))
+    runs = []
+    for _ in range(replicas):
+        deviations = {
+            arm: np.array([rng.normal(0.0, model.startup_residual_sd_s) for _ in jobs]) for arm, _ in POLICIES
+        }
+        runs.append(predict_trace(plan, model, slots, concurrent, curves=curves, deviations=deviations))
+    arms = {}
+    for arm, _ in POLICIES:
+        each = [r["arms"][arm] for r in runs]
+        per_job = {
+            j.name: {
+                key: float(np.mean([e["jobs"][j.name][key] for e in each]))
+                for key in ("start_s", "end_s", "jct_s", "startup_s")
+            }
+            | {"killed_share": float(np.mean([e["jobs"][j.name]["killed"] for e in each]))}
+            for j in jobs
+        }
+        arms[arm] = {
+            "jobs": per_job,
+            "jct_mean_s": float(np.mean([e["jct_mean_s"] for e in each])),
+            "jct_p95_s": float(np.mean([e["jct_p95_s"] for e in each])),
+            "slot_hours": float(np.mean([e["slot_hours"] for e in each])),
+            "stopped": sorted(n for n, p in per_job.items() if p["killed_share"] > 0.5),
+        }
+    return {
+        "arms": arms,
+        "converged": all(r["converged"] for r in runs),
+        "labels": expected["labels"],
+        "curves": curves,
+        "model": model.to_json(),
+        "sampling": {
+            "seed": seed,
+            "stream": STARTUP_STREAM,
+            "replicas": replicas,
+            "replica_jct_mean_s": {arm: [r["arms"][arm]["jct_mean_s"] for r in runs] for arm, _ in POLICIES},
+        },
+        "expected_startup": {k: v for k, v in expected.items() if k not in ("curves", "model")},
+    }
+
+
 def held_out(prediction: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
     """The prediction's error against the run: per arm mean and p95 JCT, start times (simulated
     start minus the real dispatch), stops; slot-hours saved."""
@@ -164,6 +240,10 @@ def held_out(prediction: dict[str, Any], summary: dict[str, Any]) -> dict[str, A
             "pred_stopped": pred["stopped"],
             "real_stopped": sorted(n for n in names if real[n]["enforced_stop"]),
         }
+        replica_means = prediction.get("sampling", {}).get("replica_jct_mean_s", {}).get(arm)
+        if replica_means:  # the spread of the sampled replicas' mean JCT, 2.5-97.5 %
+            band = np.percentile(np.array(replica_means) / real_fig["jct_mean_s"] - 1, [2.5, 97.5])
+            out[arm]["jct_mean_error_replica_band"] = [float(b) for b in band]
     out["slot_hours_saved"] = {
         "real": summary["comparison"]["slot_hours_saved"],
         "pred": prediction["arms"]["shadow"]["slot_hours"] - prediction["arms"]["enforced"]["slot_hours"],
@@ -180,7 +260,9 @@ def markdown(check: dict[str, Any], model: dict[str, Any]) -> str:
         "",
         "Predicted before the run from the plan and the engine model only "
         f"(calibrated by `{model.get('calibration', {}).get('command', '?')}`): "
-        f"{EngineModel.from_json(model).describe()}.",
+        f"{EngineModel.from_json(model).describe()}. Each job's start-up is drawn from the model's "
+        f"spread, and the figures are the average of {check.get('sampling', {}).get('replicas', '?')} "
+        "seeded replicas.",
         "",
         "| arm | real JCT mean | predicted | error | real p95 | predicted | error | "
         "start-time error mean abs |",
@@ -205,12 +287,23 @@ def markdown(check: dict[str, Any], model: dict[str, Any]) -> str:
         "the measured ones.",
         "",
     ]
-    if "constant_startup" in check:
-        flat = check["constant_startup"]
+    band = e.get("jct_mean_error_replica_band")
+    if band:
         lines += [
-            "The same model with one start-up for every job (the calibration's mean): mean JCT error "
-            f"{flat['shadow']['jct_mean_error']:+.1%} (shadow), {flat['enforced']['jct_mean_error']:+.1%} "
-            "(enforced).",
+            f"Enforced arm, mean JCT error of the replicas (2.5-97.5 %): {band[0]:+.1%} to {band[1]:+.1%}.",
             "",
         ]
+    variants = (
+        ("expected_startup", "The same model with each job's expected start-up (no spread)"),
+        ("constant_startup", "The same model with one start-up for every job (the calibration's mean)"),
+    )
+    for key, what in variants:
+        if key in check:
+            v = check[key]
+            lines += [
+                f"{what}: mean JCT error {v['shadow']['jct_mean_error']:+.1%} (shadow), "
+                f"{v['enforced']['jct_mean_error']:+.1%} (enforced); p95 "
+                f"{v['enforced']['jct_p95_error']:+.1%} (enforced).",
+                "",
+            ]
     return "\n".join(lines)

@@ -20,7 +20,7 @@ from .arm import run_arm, warm_up
 from .cluster import Proc, pids_naming, start_service, stop
 from .engine import ENGINES, Engine, start_engine
 from .engine_model import EngineModel, fit
-from .predict import held_out, predict_trace
+from .predict import REPLICAS, held_out, predict_sampled, predict_trace
 from .report import write_report
 from .simcheck import compare
 from .summary import summarise
@@ -42,6 +42,7 @@ def run_testbed(
     ray_address: str | None = None,
     concurrent: bool = True,
     engine_model: EngineModel | None = None,
+    replicas: int = REPLICAS,
 ) -> dict[str, Any]:
     """Start the cluster (``engine``: ray or slurm; or connect to the Ray cluster at
     ``ray_address``), run the shadow and the enforced arm over the same trace, clean up, and
@@ -55,7 +56,8 @@ def run_testbed(
     the enforced arm, on a cluster of ``slots``.
 
     ``engine_model`` (from ``evalstop testbed calibrate`` on another trace): the trace is
-    predicted from its plan and that model before anything starts (``prediction.json``), and the
+    predicted from its plan and that model before anything starts (``prediction.json``: the
+    start-up spread sampled over ``replicas`` replicas, :func:`.predict.predict_sampled`), and the
     summary holds the prediction against the run (``summary["prediction"]``).
     """
     if slots < 1:
@@ -72,7 +74,7 @@ def run_testbed(
     out.mkdir(parents=True, exist_ok=True)
     plan = make_plan(spec)
     if engine_model is not None:  # before the run: nothing measured on it can reach the prediction
-        prediction = predict_trace(plan, engine_model, slots, concurrent)
+        prediction = predict_sampled(plan, engine_model, slots, concurrent, spec.seed, replicas)
         (out / PREDICTION).write_text(json.dumps(prediction, indent=1))
     else:
         (out / PREDICTION).unlink(missing_ok=True)
@@ -123,24 +125,33 @@ def finish(
     """From a run's raw measurements: ``summary.json`` (figures per job and arm, the simulator's
     prediction) and the report. ``meta`` carries ``spec`` (with ``slots``, per arm), ``plan``,
     ``warm_up_s`` and ``command``. Re-running it on a stored ``raw.json`` redoes the analysis.
-    The held-out prediction, when the run had one, is read from ``prediction.json`` (written
-    before the run). ``figures=False``: the report without its PNGs."""
+    The held-out prediction, when the run had one, is recomputed from the engine model and the
+    curves in ``prediction.json`` (written before the run), the plan and the trace's seed, with
+    the replicas ``prediction.json`` names (``REPLICAS`` for one written before the start-up was
+    sampled), so that a re-analysis follows the prediction code. ``figures=False``: the report
+    without its PNGs."""
     summary = summarise(raw)
     summary.update(meta)
     summary["simulator"] = compare(summary, raw, int(meta["spec"]["slots"]))
     if (out / PREDICTION).exists():
-        prediction = json.loads((out / PREDICTION).read_text())
-        summary["prediction"] = held_out(prediction, summary) | {"model": prediction["model"]}
-        # the same engine model with its mean start-up for every job (from the model and the plan
-        # only, like the prediction itself)
+        stored = json.loads((out / PREDICTION).read_text())
+        # from the model, the plan and the curves only, like the prediction before the run
         plan = [JobPlan.from_json(j) for j in meta["plan"]]
-        model = EngineModel.from_json(prediction["model"]).constant()
-        if model is not None:
-            spec = meta["spec"]
-            flat = predict_trace(
-                plan, model, int(spec["slots"]), bool(spec.get("concurrent")), curves=prediction["curves"]
+        spec = meta["spec"]
+        model = EngineModel.from_json(stored["model"])
+        shape = (plan, model, int(spec["slots"]), bool(spec.get("concurrent")))
+        replicas = int(stored.get("sampling", {}).get("replicas", REPLICAS))
+        sampled = predict_sampled(*shape, int(spec["seed"]), replicas, curves=stored["curves"])
+        summary["prediction"] = held_out(sampled, summary) | {
+            "model": stored["model"],
+            "sampling": {k: v for k, v in sampled["sampling"].items() if k != "replica_jct_mean_s"},
+            "expected_startup": held_out(sampled["expected_startup"], summary),
+        }
+        flat = model.constant()  # the calibration's mean start-up for every job
+        if flat is not None:
+            summary["prediction"]["constant_startup"] = held_out(
+                predict_trace(plan, flat, *shape[2:], curves=stored["curves"]), summary
             )
-            summary["prediction"]["constant_startup"] = held_out(flat, summary)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     write_report(out, summary, raw, figures=figures)
     return summary
