@@ -95,3 +95,40 @@ def test_sparse_and_adaptive_cadence_stop_the_decline_and_not_the_collapse() -> 
         collapse = Monitor(SPEC + ",hold=0.2,elevate=g", cadence)
         watch(collapse, curve(COLLAPSE))
         assert decline.fired and not collapse.fired, cadence
+
+
+#: a decline that starts at progress 0.85: a hold of 0.2 outlasts the run
+LATE = RISE + PLATEAU + [0.55, 0.56] * 9 + [0.2] * 6
+
+
+def test_hold_left_stops_a_decline_late_in_the_run_that_the_plain_hold_misses() -> None:
+    assert stop_progress(SPEC + ",hold=0.2", LATE) is None
+    stopped = stop_progress(SPEC + ",hold=0.2,hold_left=1", LATE)
+    plain = stop_progress(SPEC, LATE)
+    assert stopped is not None and plain is not None
+    # alarm from the plain stop on; it fires once the span reaches 1 x the progress left
+    assert plain < stopped <= 1.0
+    assert stopped - plain >= 1.0 - stopped - 1e-9
+    reason = parse_spec(SPEC + ",hold=0.2,hold_left=1").evaluate(curve(LATE)).reason
+    assert "held 0.0" in reason  # the shortened span, not 0.2
+
+
+def test_hold_left_keeps_the_full_hold_early_and_needs_two_evals_at_the_end() -> None:
+    # early in the run the shortened hold is the plain one: the collapse still is not stopped
+    assert stop_progress(SPEC + ",hold=0.2,hold_left=1", COLLAPSE) is None
+    # one eval under the best at the very end (nothing left: the span would be 0) does not fire
+    last_dip = RISE + PLATEAU + [0.55, 0.56] * 11 + [0.55, 0.2]
+    assert stop_progress(SPEC, last_dip) == 1.0
+    assert stop_progress(SPEC + ",hold=0.2,hold_left=1", last_dip) is None
+    two_dips = RISE + PLATEAU + [0.55, 0.56] * 11 + [0.2, 0.2]
+    assert stop_progress(SPEC, two_dips) == pytest.approx(0.975)
+    assert stop_progress(SPEC + ",hold=0.2,hold_left=1", two_dips) == 1.0
+
+
+def test_hold_left_is_checked_and_described() -> None:
+    with pytest.raises(ValueError, match="hold_left"):
+        parse_spec("cusum:hold=0.2,hold_left=-1")
+    monitor = Monitor(SPEC + ",hold=0.2,hold_left=1")
+    for ev in curve(LATE)[:36]:
+        monitor.observe(ev)
+    assert "less near the end" in monitor.detector.evidence(monitor.state).label
