@@ -149,7 +149,7 @@ class Cusum(Detector):
         since = state["alarm_since"]
         if since is None:
             since = state["alarm_since"] = progress
-        return bool(progress > since and progress - since >= self._hold_at(progress))
+        return progress > since and progress - since >= self._hold_at(progress)
 
     def _hold_at(self, progress: float) -> float:
         """The span the alarm must hold at ``progress``: ``hold``, shortened by ``hold_left``."""
