@@ -40,7 +40,6 @@ SPECS = [
     "slaq:window=1,n_warmup_evals=0,threshold=0.3",
     "cusum:per=0.1,warmup=0.2,sigma_from=best,n_warmup_evals=1",
     "cusum:threshold=1,per=0.2,warmup=0.1,n_warmup_evals=2,elevate=g,hold=0.15",
-    "cusum:threshold=2,drift=2,warmup=0.3,n_warmup_evals=2,elevate=g,hold=0.2,hold_left=1",
 ]
 
 bad_floats = st.sampled_from([NAN, INF, -INF])

@@ -49,9 +49,6 @@ class Cusum(Detector):
     while a decline that persists still is, ``hold`` later (at sparse cadence the delivered
     checkpoint is the best one, so the later stop costs compute, not quality). The alarm needs
     ``Eval.progress``: without a finite one the span cannot complete (fail-safe).
-    ``hold_left`` = L > 0 shortens the hold near the end of the run: at progress p the alarm
-    needs ``min(hold, L * (1 - p))``, and at least two evals, so a decline late in the run
-    (little left to recover in, only the tail to lose) is stopped before the run ends.
 
     Adaptive cadence: ``elevate="best"`` (default) calls the evidence elevated whenever the latest
     eval is below the running best (``Detector.elevated``); ``elevate="g"`` only while the
@@ -70,7 +67,6 @@ class Cusum(Detector):
     sigma_from: str = "all"
     elevate: str = "best"
     hold: float = 0.0
-    hold_left: float = 0.0
     name = "cusum"
 
     def __post_init__(self) -> None:
@@ -86,7 +82,6 @@ class Cusum(Detector):
         check_choice(owner, "sigma_from", self.sigma_from, ("all", "best"))
         check_choice(owner, "elevate", self.elevate, ("best", "g"))
         check_float(owner, "hold", self.hold, low=0.0, high=1.0)
-        check_float(owner, "hold_left", self.hold_left, low=0.0)
 
     @property
     def state_window(self) -> int:
@@ -132,7 +127,7 @@ class Cusum(Detector):
             return None
         if self.hold > 0.0 and not self._held(state, ev, drop / sigma):
             return None
-        held = f", held {self._hold_at(float(ev.progress or 0.0)):.3g} of progress" if self.hold > 0.0 else ""
+        held = f", held {self.hold} of progress" if self.hold > 0.0 else ""
         return f"CUSUM of drops from the best {g:.3g} > {self.threshold} (sigma={sigma:.3g}){held}"
 
     def _held(self, state: State, ev: Eval, z: float) -> bool:
@@ -149,13 +144,7 @@ class Cusum(Detector):
         since = state["alarm_since"]
         if since is None:
             since = state["alarm_since"] = progress
-        return progress > since and progress - since >= self._hold_at(progress)
-
-    def _hold_at(self, progress: float) -> float:
-        """The span the alarm must hold at ``progress``: ``hold``, shortened by ``hold_left``."""
-        if self.hold_left <= 0.0:
-            return self.hold
-        return min(self.hold, max(self.hold_left * (1.0 - progress), 0.0))
+        return bool(progress - since >= self.hold)
 
     def _weight(self, state: State, ev: Eval) -> float:
         """The eval's weight: 1, or the progress since the previous valid eval with progress over
@@ -198,8 +187,6 @@ class Cusum(Detector):
         label = "CUSUM of drops in noise sds" + (
             f" (over the limit for {self.hold:g} of progress fires it)" if since is None
             else f" (over the limit since progress {since:.3g}; fires once held {self.hold:g})")
-        if self.hold_left > 0.0:
-            label += f", less near the end: at most {self.hold_left:g} x the progress left"
         return RuleEvidence(g, self.threshold, label, band,
                             f"an eval below this starts or keeps the alarm; the rule fires once the alarm "
                             f"has held {self.hold:g} of progress")
