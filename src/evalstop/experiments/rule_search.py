@@ -10,7 +10,8 @@ the targets over the three cadences) scored on that bank, the spec chosen on all
 the given ``--spec`` (default ``DEFAULT_SPEC``) for comparison. Nothing is chosen in-sample:
 each bank's row uses a spec that never saw it. ``--write-choice`` records the choice in
 ``experiments/rule-search.toml``, which ``evalstop validate`` reads instead of searching
-(``policy_choice``).
+(``policy_choice``). ``--misses`` also lists, per bank and cadence, the runs behind each
+held-out row's shortfall: healthy runs stopped and detectable hacking runs missed.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 from ..detectors import DEFAULT_SPEC
 from ..workloads.bank import build_bank, read_bank, shipped_trl_bank
 from . import cadence_policy, policy_choice
-from .cadence_policy import CADENCES, Run, bank_of, choose, policy_specs, run_case, score
+from .cadence_policy import CADENCES, Run, bank_of, choose, detectable, policy_specs, run_case, score
 from .holdout import Case
 from .validate import bank_cases
 
@@ -122,6 +123,33 @@ def held_out(
     }
 
 
+def misses(pick: Mapping[str, str], cases: Sequence[Case], runs: Mapping[str, Any]) -> list[str]:
+    """The runs that make each bank's shortfall under the spec ``pick`` gives it, as a Markdown
+    table: healthy runs stopped (where), detectable hacking runs not stopped (their true peak,
+    fall and the regret of the last checkpoint they deliver)."""
+    lines = ["| bank | cadence | run | family | label | what the rule did |", "|---|---|---|---|---|---|"]
+    for cadence in CADENCES:
+        for i, case in enumerate(cases):
+            bank = bank_of(case.family)
+            run: Run = runs[pick[bank]][cadence][i]
+            quality, peak = case.true_quality, case.peak_index
+            if case.label == "healthy" and run.stop_index is not None:
+                did = f"stopped at progress {_progress(case, run.stop_index)}"
+            elif case.label == "hacking" and run.stop_index is None and detectable(case, cadence):
+                did = (f"not stopped: true peak at {_progress(case, peak)}, falls "
+                       f"{quality[peak] - min(quality[peak:]):.3f}, delivers the last checkpoint "
+                       f"({quality[peak] - quality[run.delivered]:.3f} under the peak)")
+            else:
+                continue
+            lines.append(f"| {bank} | {cadence} | {case.job_id} | {case.family} | {case.label} | {did} |")
+    return lines
+
+
+def _progress(case: Case, index: int) -> str:
+    progress = case.evals[index].progress
+    return f"{progress:.3f}" if progress is not None else f"eval {index + 1}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m evalstop.experiments.rule_search")
     parser.add_argument("--cache", type=Path, required=True, help="directory of cached runs")
@@ -133,6 +161,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="give each eval the stderr of its per-prompt items (sd / sqrt(n))")
     parser.add_argument("--write-choice", action="store_true",
                         help="record the choice in experiments/rule-search.toml (read by evalstop validate)")
+    parser.add_argument("--misses", action="store_true",
+                        help="also list the runs each held-out row misses or stops wrongly")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     cases = by_bank(all_cases(args.noisy_bank))
@@ -148,6 +178,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(report, indent=2))
     else:
         print(cadence_policy.render(report), end="")
+    if args.misses:
+        print("\nThe runs behind each held-out row's shortfall:\n")
+        print("\n".join(misses(report["held_out"]["chosen"], cases, runs)))
     return 0
 
 
