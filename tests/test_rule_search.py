@@ -10,7 +10,7 @@ from evalstop.detectors import Eval, ItemEval
 from evalstop.experiments import validate
 from evalstop.experiments.cadence_policy import Run, choose, policy_specs
 from evalstop.experiments.holdout import Case
-from evalstop.experiments.rule_search import with_item_stderr
+from evalstop.experiments.rule_search import curves, misses, with_item_stderr
 
 
 def test_validate_chooses_among_the_same_specs_as_the_search() -> None:
@@ -48,3 +48,34 @@ def test_choice_is_by_the_worst_bank_not_the_pooled_runs() -> None:
     assert choose(["pooled-ok", "both-ok"], cases, runs, {"numpy", "trl"}) == "both-ok"
     # on the big bank alone (where pooled-ok misses nothing) pooled-ok wins the tie-break
     assert choose(["pooled-ok", "both-ok"], cases, runs, {"numpy"}) == "pooled-ok"
+
+
+def test_misses_lists_the_healthy_runs_stopped_and_the_detectable_hacking_runs_missed() -> None:
+    def case(name: str, label: str) -> Case:
+        evals = tuple(Eval(k, 0.0, (k + 1) / 6) for k in range(6))
+        quality = (0.0, 1.0, 0.5, 0.4, 0.3, 0.2) if label == "hacking" else (0.0, 0.5, 0.6, 0.7, 0.8, 1.0)
+        return Case(name, "base", label, evals, quality, 1 if label == "hacking" else 5)
+
+    cases = [case("caught", "hacking"), case("missed", "hacking"), case("quiet", "healthy"),
+             case("stopped", "healthy")]
+    cadences = ("every:1", "every:3", "adaptive:every=3,dense=1")
+    runs = {"s": {c: [Run(6, 3, 1), Run(6, None, 5), Run(6, None, 5), Run(6, 2, 1)] for c in cadences}}
+    rows = misses({"numpy": "s"}, cases, runs)[2:]
+    assert len(rows) == 2 * len(cadences)
+    assert "| numpy | every:1 | missed | base | hacking | not stopped: true peak at 0.333, falls 0.800, " \
+        "delivers the last checkpoint (0.800 under the peak) |" in rows
+    assert "| numpy | every:3 | stopped | base | healthy | stopped at progress 0.500 |" in rows
+    assert not any("caught" in r or "quiet" in r for r in rows)
+
+
+def test_curves_prints_both_curves_and_the_longest_stretch_under_the_best() -> None:
+    scores = [0.1, 0.5, 0.52, 0.5, 0.1, 0.1, 0.1, 0.5, 0.51, 0.1, 0.5, 0.49]
+    evals = tuple(Eval(k, s, (k + 1) / 12) for k, s in enumerate(scores))
+    case = Case("dip", "collapse-gold", "healthy", evals, tuple(scores), 2)
+    lines = curves([case], ["dip"])
+    assert lines[0] == "| eval | dip (healthy): watched / gold |"
+    assert lines[2] == "| 1 | 0.100 / 0.100 |" and len(lines) == 2 + 12 + 2
+    assert lines[-1].startswith("- dip: 3 evals in a row more than 2 sds")
+    assert "from progress 0.417 to 0.583; true quality ends 0.030 under its peak" in lines[-1]
+    with pytest.raises(ValueError, match="--curves: no bank run 'nope'"):
+        curves([case], ["nope"])

@@ -10,7 +10,9 @@ the targets over the three cadences) scored on that bank, the spec chosen on all
 the given ``--spec`` (default ``DEFAULT_SPEC``) for comparison. Nothing is chosen in-sample:
 each bank's row uses a spec that never saw it. ``--write-choice`` records the choice in
 ``experiments/rule-search.toml``, which ``evalstop validate`` reads instead of searching
-(``policy_choice``).
+(``policy_choice``). ``--misses`` also lists, per bank and cadence, the runs behind each
+held-out row's shortfall: healthy runs stopped and detectable hacking runs missed;
+``--curves JOB_ID ...`` prints the named runs' watched and true curves side by side instead.
 """
 
 from __future__ import annotations
@@ -28,9 +30,20 @@ from pathlib import Path
 from typing import Any
 
 from ..detectors import DEFAULT_SPEC
+from ..detectors._noise import curve_sigma
 from ..workloads.bank import build_bank, read_bank, shipped_trl_bank
 from . import cadence_policy, policy_choice
-from .cadence_policy import CADENCES, Run, bank_of, choose, policy_specs, run_case, score
+from .cadence_policy import (
+    CADENCES,
+    MIN_DROP_SDS,
+    Run,
+    bank_of,
+    choose,
+    detectable,
+    policy_specs,
+    run_case,
+    score,
+)
 from .holdout import Case
 from .validate import bank_cases
 
@@ -122,9 +135,75 @@ def held_out(
     }
 
 
+def misses(pick: Mapping[str, str], cases: Sequence[Case], runs: Mapping[str, Any]) -> list[str]:
+    """The runs that make each bank's shortfall under the spec ``pick`` gives it, as a Markdown
+    table: healthy runs stopped (where), detectable hacking runs not stopped (their true peak,
+    fall and the regret of the last checkpoint they deliver)."""
+    lines = ["| bank | cadence | run | family | label | what the rule did |", "|---|---|---|---|---|---|"]
+    for cadence in CADENCES:
+        for i, case in enumerate(cases):
+            bank = bank_of(case.family)
+            run: Run = runs[pick[bank]][cadence][i]
+            quality, peak = case.true_quality, case.peak_index
+            if case.label == "healthy" and run.stop_index is not None:
+                did = f"stopped at progress {_progress(case, run.stop_index)}"
+            elif case.label == "hacking" and run.stop_index is None and detectable(case, cadence):
+                did = (f"not stopped: true peak at {_progress(case, peak)}, falls "
+                       f"{quality[peak] - min(quality[peak:]):.3f}, delivers the last checkpoint "
+                       f"({quality[peak] - quality[run.delivered]:.3f} under the peak)")
+            else:
+                continue
+            lines.append(f"| {bank} | {cadence} | {case.job_id} | {case.family} | {case.label} | {did} |")
+    return lines
+
+
+def curves(cases: Sequence[Case], job_ids: Sequence[str]) -> list[str]:
+    """The watched score and the true (gold) quality of the named runs side by side, eval by
+    eval, then per run its longest stretch of evals more than ``MIN_DROP_SDS`` noise sds
+    (``curve_sigma`` of its watched curve) under the running best watched score."""
+    by_id = {c.job_id: c for c in cases}
+    missing = [j for j in job_ids if j not in by_id]
+    if missing:
+        raise ValueError(f"--curves: no bank run {missing[0]!r}")
+    picked = [by_id[j] for j in job_ids]
+    lines = ["| eval | " + " | ".join(f"{c.job_id} ({c.label}): watched / gold" for c in picked) + " |",
+             "|---" * (len(picked) + 1) + "|"]
+    for k in range(max(len(c.evals) for c in picked)):
+        cells = [f"{c.evals[k].score:.3f} / {c.true_quality[k]:.3f}" if k < len(c.evals) else ""
+                 for c in picked]
+        lines.append(f"| {k + 1} | " + " | ".join(cells) + " |")
+    lines.append("")
+    for c in picked:
+        lines.append(f"- {c.job_id}: {_longest_under(c)}")
+    return lines
+
+
+def _longest_under(case: Case) -> str:
+    sigma = curve_sigma([ev.score for ev in case.evals if math.isfinite(ev.score)]) or 0.0
+    best, start, longest = -math.inf, None, (0, 0)
+    for k, ev in enumerate(case.evals):
+        if math.isfinite(ev.score) and ev.score < best - MIN_DROP_SDS * sigma:
+            start = k if start is None else start
+            longest = max(longest, (k - start + 1, start), key=lambda x: x[0])
+        else:
+            start = None
+        best = max(best, ev.score) if math.isfinite(ev.score) else best
+    if not longest[0]:
+        return f"never more than {MIN_DROP_SDS:g} sds (sd {sigma:.3f}) under its best"
+    first, n = longest[1], longest[0]
+    return (f"{n} evals in a row more than {MIN_DROP_SDS:g} sds (sd {sigma:.3f}) under its best, "
+            f"from progress {_progress(case, first)} to {_progress(case, first + n - 1)}; true quality "
+            f"ends {case.true_quality[case.peak_index] - case.true_quality[-1]:.3f} under its peak")
+
+
+def _progress(case: Case, index: int) -> str:
+    progress = case.evals[index].progress
+    return f"{progress:.3f}" if progress is not None else f"eval {index + 1}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m evalstop.experiments.rule_search")
-    parser.add_argument("--cache", type=Path, required=True, help="directory of cached runs")
+    parser.add_argument("--cache", type=Path, help="directory of cached runs (required unless --curves)")
     parser.add_argument("--spec", default=DEFAULT_SPEC, help=f"spec shown beside the choice ({DEFAULT_SPEC})")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
     parser.add_argument("--noisy-bank", default=None, help="noisy-eval bank directory, or none "
@@ -133,11 +212,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="give each eval the stderr of its per-prompt items (sd / sqrt(n))")
     parser.add_argument("--write-choice", action="store_true",
                         help="record the choice in experiments/rule-search.toml (read by evalstop validate)")
+    parser.add_argument("--misses", action="store_true",
+                        help="also list the runs each held-out row misses or stops wrongly")
+    parser.add_argument("--curves", metavar="JOB_ID", nargs="+",
+                        help="only print these bank runs' watched and true curves side by side")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    if args.cache is None and not args.curves:
+        parser.error("--cache: required (a directory for the cached runs)")
     cases = by_bank(all_cases(args.noisy_bank))
     if args.item_stderr:
         cases = [with_item_stderr(c) for c in cases]
+    if args.curves:
+        try:
+            print("\n".join(curves(cases, args.curves)))
+        except ValueError as exc:
+            parser.error(str(exc))
+        return 0
     candidates = policy_specs()
     specs = list(dict.fromkeys([args.spec, *candidates]))
     runs = compute(specs, cases, args.cache, args.jobs)
@@ -148,6 +239,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(report, indent=2))
     else:
         print(cadence_policy.render(report), end="")
+    if args.misses:
+        print("\nThe runs behind each held-out row's shortfall:\n")
+        print("\n".join(misses(report["held_out"]["chosen"], cases, runs)))
     return 0
 
 
