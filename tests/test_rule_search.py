@@ -15,7 +15,7 @@ from evalstop.experiments.rule_search import with_item_stderr
 
 def test_validate_chooses_among_the_same_specs_as_the_search() -> None:
     specs = policy_specs()
-    assert specs == validate.POLICY_CANDIDATES and len(specs) == len(set(specs)) == 1248
+    assert specs == validate.POLICY_CANDIDATES and len(specs) == len(set(specs)) == 2496
     # once per > 0 only threshold * per matters: the per-progress candidates fix threshold=1
     assert all(s.startswith("cusum:threshold=1.0,per=") for s in specs if "per=" in s)
 

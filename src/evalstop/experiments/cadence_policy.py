@@ -54,6 +54,9 @@ POLICY_GRID: dict[str, list[Any]] = {
     "elevate": ["g"],
     "hold": [0.0, 0.1, 0.15, 0.2],
 }
+#: ``hold_left`` values tried with each of these holds (a hold that shrinks near the end of the
+#: run, docs/noise-rules.md); appended after the grid above so that its specs keep their names.
+HOLD_LEFT_GRID: dict[float, tuple[float, ...]] = {0.15: (1.0, 2.0), 0.2: (1.0, 2.0)}
 MIN_EVALS_AFTER = 2
 MIN_DROP_SDS = 2.0
 #: The issue's targets per cadence (recall over detectable runs; regret as a share of the rise).
@@ -69,7 +72,12 @@ TARGETS: dict[str, dict[str, float]] = {
 
 def policy_specs() -> list[str]:
     """Every candidate spec of the leave-one-bank-out choice, in a fixed order."""
-    return [s for scale in SCALES for s in expand_grid(f"cusum:{scale}", POLICY_GRID)]
+    specs = [s for scale in SCALES for s in expand_grid(f"cusum:{scale}", POLICY_GRID)]
+    return specs + [
+        f"{s},hold_left={left}"
+        for hold, lefts in HOLD_LEFT_GRID.items() for left in lefts
+        for s in specs if s.endswith(f",hold={hold}")
+    ]
 
 
 @dataclass(frozen=True)
