@@ -10,7 +10,7 @@ from evalstop.detectors import Eval, ItemEval
 from evalstop.experiments import validate
 from evalstop.experiments.cadence_policy import Run, choose, policy_specs
 from evalstop.experiments.holdout import Case
-from evalstop.experiments.rule_search import curves, misses, with_item_stderr
+from evalstop.experiments.rule_search import curves, miss_rows, misses, with_item_stderr
 
 
 def test_validate_chooses_among_the_same_specs_as_the_search() -> None:
@@ -66,6 +66,10 @@ def test_misses_lists_the_healthy_runs_stopped_and_the_detectable_hacking_runs_m
         "delivers the last checkpoint (0.800 under the peak) |" in rows
     assert "| numpy | every:3 | stopped | base | healthy | stopped at progress 0.500 |" in rows
     assert not any("caught" in r or "quiet" in r for r in rows)
+    # --json --misses puts these records in the JSON document: the same runs as the table's rows
+    records = miss_rows({"numpy": "s"}, cases, runs)
+    assert [f"| {r['bank']} | {r['cadence']} | {r['run']} | {r['family']} | {r['label']} | {r['did']} |"
+            for r in records] == rows
 
 
 def test_curves_prints_both_curves_and_the_longest_stretch_under_the_best() -> None:

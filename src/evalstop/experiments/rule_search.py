@@ -135,11 +135,13 @@ def held_out(
     }
 
 
-def misses(pick: Mapping[str, str], cases: Sequence[Case], runs: Mapping[str, Any]) -> list[str]:
-    """The runs that make each bank's shortfall under the spec ``pick`` gives it, as a Markdown
-    table: healthy runs stopped (where), detectable hacking runs not stopped (their true peak,
-    fall and the regret of the last checkpoint they deliver)."""
-    lines = ["| bank | cadence | run | family | label | what the rule did |", "|---|---|---|---|---|---|"]
+def miss_rows(
+    pick: Mapping[str, str], cases: Sequence[Case], runs: Mapping[str, Any]
+) -> list[dict[str, str]]:
+    """The runs that make each bank's shortfall under the spec ``pick`` gives it: healthy runs
+    stopped (where), detectable hacking runs not stopped (their true peak, fall and the regret
+    of the last checkpoint they deliver). One dict per run and cadence."""
+    rows = []
     for cadence in CADENCES:
         for i, case in enumerate(cases):
             bank = bank_of(case.family)
@@ -153,7 +155,16 @@ def misses(pick: Mapping[str, str], cases: Sequence[Case], runs: Mapping[str, An
                        f"({quality[peak] - quality[run.delivered]:.3f} under the peak)")
             else:
                 continue
-            lines.append(f"| {bank} | {cadence} | {case.job_id} | {case.family} | {case.label} | {did} |")
+            rows.append({"bank": bank, "cadence": cadence, "run": case.job_id, "family": case.family,
+                         "label": case.label, "did": did})
+    return rows
+
+
+def misses(pick: Mapping[str, str], cases: Sequence[Case], runs: Mapping[str, Any]) -> list[str]:
+    """:func:`miss_rows` as a Markdown table."""
+    lines = ["| bank | cadence | run | family | label | what the rule did |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r['bank']} | {r['cadence']} | {r['run']} | {r['family']} | {r['label']} | {r['did']} |"
+              for r in miss_rows(pick, cases, runs)]
     return lines
 
 
@@ -236,9 +247,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.write_choice:
         policy_choice.write_choice(report["held_out"], cases, candidates)
     if args.json:
+        if args.misses:  # inside the JSON, so that the output stays one document
+            report["misses"] = miss_rows(report["held_out"]["chosen"], cases, runs)
         print(json.dumps(report, indent=2))
-    else:
-        print(cadence_policy.render(report), end="")
+        return 0
+    print(cadence_policy.render(report), end="")
     if args.misses:
         print("\nThe runs behind each held-out row's shortfall:\n")
         print("\n".join(misses(report["held_out"]["chosen"], cases, runs)))
