@@ -9,10 +9,8 @@ stopped by pid, never by ``ray stop``, which would also stop other people's Ray.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,8 +18,7 @@ import pytest
 
 pytest.importorskip("ray", reason="the Ray path needs the ray extra: pip install -e '.[ray]'")
 
-from evalstop.testbed.cluster import stop
-from evalstop.testbed.ray_head import head_env, start_ray
+from evalstop.testbed.ray_head import head_env, private_head
 
 pytestmark = pytest.mark.slow
 EVALSTOP = [sys.executable, "-m", "evalstop.cli"]
@@ -29,13 +26,8 @@ EVALSTOP = [sys.executable, "-m", "evalstop.cli"]
 
 @pytest.fixture(scope="module")
 def ray_head() -> Iterator[tuple[str, dict[str, str]]]:
-    root = Path(tempfile.mkdtemp(prefix="evs-sw-"))  # short: Ray's socket paths have a length limit
-    head = start_ray(root, 2)  # returns once a job has run on it
-    try:
+    with private_head("evs-sw-", 2) as head:  # returns once a job has run on it
         yield head.info["gcs"], head_env(head)
-    finally:
-        stop(head)
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def _reproduce(out: Path, env: dict[str, str], *extra: str) -> dict:

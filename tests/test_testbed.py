@@ -15,8 +15,6 @@ A second, smaller run goes through the command line to a Ray head the test start
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -134,8 +132,7 @@ def test_existing_cluster_and_multi_slot_jobs(
     import httpx
 
     from evalstop.cli import main
-    from evalstop.testbed.cluster import stop
-    from evalstop.testbed.ray_head import start_ray
+    from evalstop.testbed.ray_head import private_head
     from evalstop.testbed.run import fit_model
     from evalstop.testbed.simcheck import StartupModel, predict
     from evalstop.testbed.summary import labels_from
@@ -143,9 +140,7 @@ def test_existing_cluster_and_multi_slot_jobs(
     model_file = tmp_path / "engine-model.json"
     fit_model(run[0], run[1]).save(model_file)
 
-    root = Path(tempfile.mkdtemp(prefix="evs-h-"))  # short: Ray's socket paths have a length limit
-    head = start_ray(root, 4)  # started here, not by the testbed: 2 slots per arm
-    try:
+    with private_head("evs-h-", 4) as head:  # started here, not by the testbed: 2 slots per arm
         monkeypatch.setenv("RAY_AUTH_TOKEN", head.info["token"])
         address = head.info["address"].removeprefix("http://")
         argv = [
@@ -164,9 +159,6 @@ def test_existing_cluster_and_multi_slot_jobs(
         ray_jobs = httpx.get(
             f"{head.info['address']}/api/jobs/", headers={"Authorization": f"Bearer {head.info['token']}"}
         ).json()
-    finally:
-        stop(head)
-        shutil.rmtree(root, ignore_errors=True)
     assert "report.html" in capsys.readouterr().out
     out = tmp_path / "out"
     summary = json.loads((out / "summary.json").read_text())

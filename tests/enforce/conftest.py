@@ -5,16 +5,13 @@
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from evalstop.testbed.cluster import Proc, stop
-from evalstop.testbed.ray_head import start_ray
+from evalstop.testbed.cluster import Proc
+from evalstop.testbed.ray_head import private_head
 from evalstop.testbed.slurm_cluster import SlurmCluster, missing, private_cluster
 
 
@@ -22,14 +19,8 @@ from evalstop.testbed.slurm_cluster import SlurmCluster, missing, private_cluste
 def ray_head() -> Iterator[Proc]:
     """A Ray head on loopback with 2 slots and token authentication on."""
     pytest.importorskip("ray", reason="needs the ray extra: pip install -e '.[ray]'")
-    # A private short dir, not pytest's tmp: Ray's socket paths have a length limit.
-    root = Path(tempfile.mkdtemp(prefix="evs-ray-"))
-    head = start_ray(root, 2)  # returns once a job has run on it
-    try:
+    with private_head("evs-ray-", 2) as head:  # returns once a job has run on it
         yield head
-    finally:
-        stop(head)
-        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -22,8 +21,8 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler  # 
 from evalstop.detectors import Eval, KDeclines  # noqa: E402
 from evalstop.integrations import EvalStopScheduler, EvalStopStopper  # noqa: E402
 from evalstop.integrations.ray_tune import best_checkpoint_config  # noqa: E402
-from evalstop.testbed.cluster import Proc, stop  # noqa: E402
-from evalstop.testbed.ray_head import head_env, start_ray  # noqa: E402
+from evalstop.testbed.cluster import Proc  # noqa: E402
+from evalstop.testbed.ray_head import head_env, private_head  # noqa: E402
 
 N_ITERS = 12
 
@@ -46,13 +45,9 @@ def trainable(config: dict[str, Any]) -> None:
 def ray_head() -> Iterator[Proc]:
     """The tests' one Ray head (evalstop.testbed.ray_head): ready once a job has run on it, on a
     loaded machine too (issue 19: ``ray.init(address="local")`` gave up there)."""
-    root = Path(tempfile.mkdtemp(prefix="evs-tu-"))  # short: Ray's socket paths have a length limit
-    head = start_ray(root, 2, token_auth=False)  # this process is the driver, and imported ray first
-    try:
+    # no token: this process is the driver, and imported ray first
+    with private_head("evs-tu-", 2, token_auth=False) as head:
         yield head
-    finally:
-        stop(head)
-        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,9 @@
 """A private Ray head on loopback, and the one test of its readiness: a job ran on it.
 
 Everything that starts a Ray head of its own (the testbed, the enforcement tests, the Ray sweep
-test) starts it here. The head binds to 127.0.0.1 on free ports, keeps its temp dir and HOME
-under ``root``, has token authentication on, and is stopped by pid (:func:`.cluster.stop`).
+and Ray Tune tests) starts it here; a test does it through :func:`private_head`. The head binds
+to 127.0.0.1 on free ports, keeps its temp dir and HOME under ``root``, has token authentication
+on, and is stopped by pid (:func:`.cluster.stop`).
 
 Ready means a job submitted through the Jobs API has *finished*: the dashboard, its job
 module, the head's job agent, the raylet and a worker all answered. "Ray runtime started" in
@@ -24,8 +25,11 @@ import json
 import os
 import re
 import secrets
+import shutil
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +61,22 @@ def start_ray(root: Path, slots: int, *, token_auth: bool = True, attempts: int 
             failures.append(f"attempt {attempt}: {exc}")
             stop(head)
     raise RuntimeError("the Ray head did not start:\n" + "\n".join(failures))
+
+
+@contextlib.contextmanager
+def private_head(prefix: str = "evs-ray-", slots: int = 2, *, token_auth: bool = True) -> Iterator[Proc]:
+    """:func:`start_ray` in a fresh temporary directory (named ``prefix…``, short: Ray's socket
+    paths have a length limit); on exit the head is stopped and the directory removed, also when
+    the head never became ready."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        head = start_ray(root, slots, token_auth=token_auth)
+        try:
+            yield head
+        finally:
+            stop(head)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def head_env(head: Proc) -> dict[str, str]:
