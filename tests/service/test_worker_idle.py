@@ -54,14 +54,15 @@ class CountingWorker(Worker):
 
 def test_idle_threads_wake_once_per_poll_not_once_each(store_factory: StoreFactory) -> None:
     """8 idle threads for 1 s with ``poll_s`` 0.05: about 20 wake-ups and 20 queries, where
-    each thread waking every ``poll_s`` made about 160 wake-ups."""
+    each thread waking every ``poll_s`` made about 160 wake-ups (and the same 20 queries)."""
     worker = CountingWorker(store_factory(), poll_s=0.05)
     worker.start()
     try:
         time.sleep(1.0)
     finally:
         worker.stop()
-    assert 5 <= worker.queries <= worker.attempts <= 2 * 20 + 8, (worker.queries, worker.attempts)
+    # the poller still claims about every poll_s (half of it at least, on a busy machine)
+    assert 10 <= worker.queries <= worker.attempts <= 2 * 20 + 8, (worker.queries, worker.attempts)
 
 
 def test_stops_due_together_are_claimed_at_once_by_idle_threads(store_factory: StoreFactory) -> None:

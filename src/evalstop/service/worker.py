@@ -152,8 +152,9 @@ class Worker(DaemonLoop):
                     self._idle_until = 0.0  # a slot is free: the tenant's next row may be due now
 
     def _idle(self, stop: threading.Event) -> None:
-        """Wait after a claim that found nothing: ``poll_s`` if no other idle thread is the poller
-        (then claim again), else until a claim finds a row or stop wakes this thread."""
+        """Wait after a claim that found nothing: if no other idle thread is the poller, until the
+        next poll is due (``poll_s`` after the last claim that found nothing; then claim again),
+        else until a claim finds a row or stop wakes this thread."""
         with self._wake:
             if stop.is_set():
                 return
@@ -162,7 +163,8 @@ class Worker(DaemonLoop):
                 return
             self._polling = True
             try:
-                self._wake.wait(self.poll_s)
+                due_in = self._idle_until - time.monotonic()
+                self._wake.wait(due_in if due_in > 0 else self.poll_s)
             finally:
                 self._polling = False
 
