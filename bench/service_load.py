@@ -40,6 +40,9 @@ the same database and spreads the clients over them. The **fair** phase (on by d
 it can (its 429s are counted) while a light tenant sends ``--light-rate`` single scores/s; it
 prints the light tenant's p99.
 
+The **idle** phase (``--phases idle``) measures, for ``--seconds`` with no request, each server's
+CPU per second and the database's: the fixed cost of a replica.
+
 The **slow-neighbour** phase (``--phases slow-neighbour``; issue 22) starts a webhook receiver in
 this process and points the server's webhook adapter at it (``timeout_s`` 5). A tenant stops
 ``--neighbour-stops`` webhook jobs one at a time (0.3 s apart) and the phase measures, for each,
@@ -589,6 +592,24 @@ def _tree_cpu_s(pid: int | None) -> float | None:
     return None if found is None else found[0]
 
 
+def idle_cost(pids: Sequence[int], db_pid: int | None, seconds: float) -> dict[str, Any]:
+    """CPU per second of each server and of the database while no request comes: the fixed
+    cost of a replica (the outbox worker's polls, the event loop's timers)."""
+    time.sleep(1.0)  # let start-up and the previous phase settle
+    servers = [_cpu_s([pid]) for pid in pids]
+    database = _tree_cpu_s(db_pid)
+    start = time.monotonic()
+    time.sleep(seconds)
+    wall = time.monotonic() - start
+    after = [_cpu_s([pid]) for pid in pids]
+    database_after = _tree_cpu_s(db_pid)
+    per_server = [None if a is None or b is None else round(1000 * (b[0] - a[0]) / wall, 1)
+                  for a, b in zip(servers, after, strict=True)]
+    db = (None if database is None or database_after is None
+          else round(1000 * (database_after - database) / wall, 1))
+    return {"seconds": round(wall, 1), "server_cpu_ms_per_s": per_server, "database_cpu_ms_per_s": db}
+
+
 def _run_threads(target: Any, n: int) -> None:
     threads = [threading.Thread(target=target, args=(k,)) for k in range(n)]
     for t in threads:
@@ -610,6 +631,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--synchronous", choices=["FULL", "NORMAL"], default="FULL")
     p.add_argument("--server-pid", type=int, help="with --url: the server's pid, to report its CPU time")
     p.add_argument("--phases", help="comma-separated: batched, paced, history, contention, fair, "
+                   "idle (each server's and the database's CPU per second with no requests), "
                    "slow-neighbour (default: "
                    "batched,paced,history,contention; with --replicas > 1: batched,paced,fair)")
     p.add_argument("--short-history", type=int, default=10)
@@ -662,6 +684,9 @@ def main(argv: list[str] | None = None) -> int:
             if "batched" in phases:
                 token, jobs = make_jobs(bases[0], args.admin_token, args.jobs)
                 result["batched"] = batched(bases, token, jobs, args.clients, args.batch, args.seconds)
+            if "idle" in phases:
+                pids = [args.server_pid] if args.server_pid else [proc.pid for proc in procs]
+                result["idle"] = idle_cost(pids, db_pid, args.seconds)
             if "paced" in phases:
                 token, fresh = make_jobs(bases[0], args.admin_token, args.jobs)  # histories start empty
                 pids = [args.server_pid] if args.server_pid else [proc.pid for proc in procs]
@@ -703,6 +728,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  CPU per request: server {q['server_cpu_ms_per_request']} ms (in the kernel "
                   f"{q['server_kernel_ms_per_request']} ms), client {q['client_cpu_ms_per_request']} ms "
                   f"({args.client} client), database {q['database_cpu_ms_per_request']} ms")
+        if "idle" in result:
+            i = result["idle"]
+            print(f"idle for {i['seconds']} s: CPU ms/s of each server {i['server_cpu_ms_per_s']}, of the "
+                  f"database {i['database_cpu_ms_per_s']}")
         if "fair" in result:
             f = result["fair"]
             q = f["light"]

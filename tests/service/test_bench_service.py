@@ -28,6 +28,16 @@ def test_service_load_bench_reports_its_figures(client: str) -> None:
     assert 0 <= paced["server_kernel_ms_per_request"] <= paced["server_cpu_ms_per_request"]
 
 
+def test_service_load_bench_reports_an_idle_servers_cpu() -> None:
+    cmd = [sys.executable, str(ROOT / "bench" / "service_load.py"), "--phases", "idle", "--seconds", "1",
+           "--json"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=180).stdout
+    idle = json.loads(out)["idle"]
+    assert idle["seconds"] >= 1.0 and idle["database_cpu_ms_per_s"] is None  # SQLite: no database process
+    [server] = idle["server_cpu_ms_per_s"]
+    assert server is not None and server >= 0
+
+
 def test_fast_path_bench_compares_the_two_lanes() -> None:
     cmd = [sys.executable, str(ROOT / "bench" / "fastpath_cost.py"), "--blocks", "2", "--block", "20",
            "--json"]

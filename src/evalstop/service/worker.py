@@ -14,6 +14,11 @@ at that bound, so one tenant's backlog, or its receiver hanging until the adapte
 holds at most ``per_tenant`` threads and never delays another tenant's stop
 (docs/service.md, "Fair delivery").
 
+Idle threads cost one wake-up per ``poll_s`` per replica, not one per thread: one idle thread
+(the poller) waits ``poll_s`` and claims; the other idle threads wait until a claim finds a row
+(each claim that finds one wakes one more idle thread, which claims the next), until stop, or,
+as a backstop, until :data:`IDLE_WAIT_S`.
+
 Housekeeping rides on the idle polls: at most once per ``sweep_s`` per replica, an idle delivery
 thread deletes up to :data:`SWEEP_BATCH` console sessions that are revoked or expired. No thread
 of its own, nothing per request.
@@ -47,6 +52,9 @@ log = logging.getLogger("evalstop.service.worker")
 GRACE_POLL_S = 1.0
 #: Console sessions deleted by one sweep at most (a full batch: the next idle poll sweeps again).
 SWEEP_BATCH = 500
+#: Longest wait of an idle thread that is not the poller (a backstop: a claim that finds a row, or
+#: stop, wakes it sooner).
+IDLE_WAIT_S = 5.0
 
 
 class LeaseLost(RuntimeError):
@@ -93,6 +101,8 @@ class Worker(DaemonLoop):
         self._claiming = threading.Lock()  # one claim at a time; guards the two fields below
         self._busy: Counter[str] = Counter()  # rows each tenant has in this replica's threads now
         self._idle_until = 0.0  # monotonic: the last claim found nothing due; poll again after it
+        self._wake = threading.Condition(self._claiming)  # idle threads wait on it
+        self._polling = False  # an idle thread is waiting poll_s to claim (guarded by _claiming)
         self._pool: list[threading.Thread] = []
 
     # -- threads ------------------------------------------------------------------------------
@@ -109,6 +119,8 @@ class Worker(DaemonLoop):
         an adapter call after that is left to finish; :meth:`release_leases` fences its writes."""
         if self._stop_event is not None:
             self._stop_event.set()
+        with self._wake:
+            self._wake.notify_all()
         deadline = time.monotonic() + timeout_s
         for thread in self._pool:
             thread.join(max(0.0, deadline - time.monotonic()))
@@ -126,7 +138,7 @@ class Worker(DaemonLoop):
                 claimed = None
             if claimed is None:
                 self._housekeep()
-                stop.wait(self.poll_s)
+                self._idle(stop)
                 continue
             try:
                 self._advance(claimed.row_id, claimed.epoch)
@@ -138,6 +150,23 @@ class Worker(DaemonLoop):
                     if not self._busy[claimed.tenant]:
                         del self._busy[claimed.tenant]  # keep only tenants with rows in flight
                     self._idle_until = 0.0  # a slot is free: the tenant's next row may be due now
+
+    def _idle(self, stop: threading.Event) -> None:
+        """Wait after a claim that found nothing: if no other idle thread is the poller, until the
+        next poll is due (``poll_s`` after the last claim that found nothing; then claim again),
+        else until a claim finds a row or stop wakes this thread."""
+        with self._wake:
+            if stop.is_set():
+                return
+            if self._polling:
+                self._wake.wait(IDLE_WAIT_S)
+                return
+            self._polling = True
+            try:
+                due_in = self._idle_until - time.monotonic()
+                self._wake.wait(due_in if due_in > 0 else self.poll_s)
+            finally:
+                self._polling = False
 
     def _claim_fair(self) -> Claim | None:
         """Lease the next due row of a tenant with fewer than ``per_tenant`` rows in this replica's
@@ -152,6 +181,7 @@ class Worker(DaemonLoop):
                 self._idle_until = time.monotonic() + self.poll_s
                 return None
             self._busy[claimed.tenant] += 1
+            self._wake.notify()  # a row was due: one more idle thread looks for the next
             return claimed
 
     def _housekeep(self) -> None:
