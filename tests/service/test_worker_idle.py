@@ -61,8 +61,9 @@ def test_idle_threads_wake_once_per_poll_not_once_each(store_factory: StoreFacto
         time.sleep(1.0)
     finally:
         worker.stop()
-    # the poller still claims about every poll_s (half of it at least, on a busy machine)
-    assert 10 <= worker.queries <= worker.attempts <= 2 * 20 + 8, (worker.queries, worker.attempts)
+    # the poller still claims about every poll_s: 20 nominal; at least a quarter of that, so that a
+    # busy 2-core CI machine (one claim can take 100 ms there) does not fail a poller that works
+    assert 5 <= worker.queries <= worker.attempts <= 2 * 20 + 8, (worker.queries, worker.attempts)
 
 
 def test_stops_due_together_are_claimed_at_once_by_idle_threads(store_factory: StoreFactory) -> None:
