@@ -17,26 +17,34 @@ from evalstop.service.store import open_store, tenants
 from evalstop.service.store.commit import GroupCommitter
 
 
+def _unit(i: int, gate: threading.Event, started: threading.Event | None = None,
+          ran: list[int] | None = None) -> Callable[[Connection], int]:
+    """Unit ``i`` inserts tenant ``t{i}``; unit 0 holds its group open until ``gate`` (setting
+    ``started`` first) so that the others queue up behind it; unit 3 refuses."""
+    def run(conn: Connection) -> int:
+        if ran is not None:
+            ran.append(i)
+        if i == 0:
+            if started is not None:
+                started.set()
+            gate.wait(5)
+        row = {"name": f"t{i}", "token_hash": f"h{i}", "shadow": False, "created_at": 0}
+        conn.execute(tenants.insert().values(**row))
+        if i == 3:
+            raise ValueError("unit 3 refuses")
+        return i
+    return run
+
+
 def test_a_failing_unit_is_rolled_back_alone_and_the_rest_commit(tmp_path: Path) -> None:
     store = open_store(f"sqlite:///{tmp_path / 'g.db'}")
     assert store.committer is not None
     gate = threading.Event()
     results: dict[int, object] = {}
 
-    def unit(i: int) -> object:
-        def run(conn: Connection) -> int:
-            if i == 0:
-                gate.wait(5)  # hold the first group open so the others queue up behind it
-            row = {"name": f"t{i}", "token_hash": f"h{i}", "shadow": False, "created_at": 0}
-            conn.execute(tenants.insert().values(**row))
-            if i == 3:
-                raise ValueError("unit 3 refuses")
-            return i
-        return run
-
     def call(i: int) -> None:
         try:
-            results[i] = store.write(unit(i))
+            results[i] = store.write(_unit(i, gate))
         except ValueError as exc:
             results[i] = exc
 
@@ -100,19 +108,6 @@ def test_units_awaited_on_an_event_loop_are_answered_in_one_call_per_group(tmp_p
     gate, started = threading.Event(), threading.Event()
     ran: list[int] = []
 
-    def unit(i: int) -> Callable[[Connection], int]:
-        def run(conn: Connection) -> int:
-            ran.append(i)
-            if i == 0:
-                started.set()
-                gate.wait(5)  # the first group holds the committer while the others queue up
-            row = {"name": f"t{i}", "token_hash": f"h{i}", "shadow": False, "created_at": 0}
-            conn.execute(tenants.insert().values(**row))
-            if i == 3:
-                raise ValueError("unit 3 refuses")
-            return i
-        return run
-
     async def main() -> tuple[list[object], int]:
         loop = asyncio.get_running_loop()
         calls = 0
@@ -124,10 +119,10 @@ def test_units_awaited_on_an_event_loop_are_answered_in_one_call_per_group(tmp_p
             return real(*args, **kwargs)
 
         loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
-        first = asyncio.ensure_future(store.write_async(unit(0)))
+        first = asyncio.ensure_future(store.write_async(_unit(0, gate, started, ran)))
         await asyncio.to_thread(started.wait, 5)
         calls = 0  # the to_thread above called into the loop too
-        rest = [asyncio.ensure_future(store.write_async(unit(i))) for i in range(1, 6)]
+        rest = [asyncio.ensure_future(store.write_async(_unit(i, gate, started, ran))) for i in range(1, 6)]
         await asyncio.sleep(0)  # every unit is queued
         rest[4].cancel()  # unit 5: its task gives up before its group starts
         gate.set()

@@ -139,11 +139,8 @@ def _answer(outcomes: list[Outcome]) -> None:
     for waiter, result, error in outcomes:
         if isinstance(waiter, LoopWaiter):
             by_loop.setdefault(waiter.loop, []).append((waiter.future, result, error))
-        elif not waiter.done():
-            if error is not None:
-                waiter.set_exception(error)
-            else:
-                waiter.set_result(result)
+        else:
+            _resolve(waiter, result, error)
     for loop, settled in by_loop.items():
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
             loop.call_soon_threadsafe(_settle, settled)
@@ -151,9 +148,14 @@ def _answer(outcomes: list[Outcome]) -> None:
 
 def _settle(settled: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
     for future, result, error in settled:
-        if future.done():  # cancelled by its task meanwhile
-            continue
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(result)
+        _resolve(future, result, error)
+
+
+def _resolve(future: Future[Any] | asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    """Set the outcome, unless the future is done already (cancelled by its task meanwhile)."""
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
