@@ -14,9 +14,9 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from typing import Any, NamedTuple
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from typing import Any, NamedTuple, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
@@ -25,6 +25,8 @@ from sqlalchemy.engine import Connection
 
 from ..score import ScoreIn
 from .statements import JOB_STATE, ingest_job
+
+T = TypeVar("T")
 
 #: The columns of a score row, in the order :meth:`Dialect.insert_scores` takes them: the job,
 #: every field of :class:`ScoreIn` (``metric`` resolved), and when it was received.
@@ -39,6 +41,12 @@ class Dialect:
     group_commit = False
     #: several processes (replicas) may share the database
     shared = False
+
+    def run_unit(self, conn: Connection, unit: Callable[[Connection], T]) -> T:
+        """Run ``unit(conn)`` in one write transaction on ``conn`` (fresh from the pool) and
+        return its result once committed; rolled back if it raises."""
+        with conn.begin():
+            return unit(conn)
 
     def read_ingest_job(self, conn: Connection, job_id: str, tenant: str | None) -> dict[str, Any] | None:
         raise NotImplementedError
@@ -108,11 +116,13 @@ class Sqlite(Dialect):
 
 
 class Postgres(Dialect):
-    """The ingest path runs on the driver connection, in few round trips (docs/service.md,
-    "Round trips"): the job's lock and its state are sent together in one pipeline, then the new
-    scores and the monitor in one statement (a data-modifying CTE), then ``COMMIT``; with
-    psycopg's ``BEGIN``, four round trips for a single score (eight before; the pool's pre-ping
-    is replaced by a check at checkout, :mod:`.engine`)."""
+    """The ingest path runs on the driver connection in TWO round trips for a single score
+    (docs/service.md, "Round trips"): ``BEGIN``, the job's lock and its state in one pipeline;
+    then the new scores and the monitor in one statement (a data-modifying CTE) with ``COMMIT``
+    in a second pipeline. For that the transaction is this class's, not SQLAlchemy's
+    (:meth:`run_unit`, :class:`_Tx`): the connection runs in autocommit and ``BEGIN``, the
+    deferred write and ``COMMIT`` ride along with the next statement. Eight round trips before
+    issue 21, four after its second pass."""
 
     name = "postgresql"
     shared = True
@@ -128,12 +138,40 @@ class Postgres(Dialect):
         self._insert = f"INSERT INTO scores ({', '.join(SCORE_COLUMNS)}) VALUES "
         self._update = "UPDATE jobs SET monitor_state = %s::json WHERE id = %s"
 
+    def run_unit(self, conn: Connection, unit: Callable[[Connection], T]) -> T:
+        """``unit(conn)`` in a transaction of our own: the driver connection in autocommit, and
+        ``BEGIN``, the unit's deferred write and ``COMMIT`` sent with the statements around them
+        (:class:`_Tx`). A statement the unit sends through SQLAlchemy sends what is owed first
+        (:func:`owed_first`, an engine hook). Rolled back if the unit or the commit raises."""
+        raw = _raw(conn)
+        tx = _Tx()
+        conn.info[_TX] = tx
+        raw.autocommit = True
+        try:
+            result = unit(conn)
+            if tx.begun:
+                with _wrapped(conn), raw.pipeline():
+                    tx.send(raw)
+                    raw.execute("COMMIT")
+                tx.begun = False
+            return result
+        finally:
+            del conn.info[_TX]
+            if tx.begun and not raw.closed:
+                with suppress(Exception):  # a broken connection: the pool discards it
+                    raw.execute("ROLLBACK")
+            with suppress(Exception):  # not while in a transaction (then the pool discards it)
+                raw.autocommit = False
+
     def read_ingest_job(self, conn: Connection, job_id: str, tenant: str | None) -> dict[str, Any] | None:
         raw = _raw(conn)
         given = {"job_id": job_id, "tenant": tenant}
         lock, state = self._lock[tenant is not None], self._state
+        tx = conn.info.get(_TX)
         with _wrapped(conn), raw.cursor() as locked, raw.cursor() as read:
             with raw.pipeline():
+                if tx is not None:
+                    tx.send(raw)
                 locked.execute(lock.sql, {**lock.defaults, **given})
                 read.execute(state.sql, {**state.defaults, **given})
             found = locked.fetchone()
@@ -149,7 +187,10 @@ class Postgres(Dialect):
         self, conn: Connection, rows: Sequence[tuple[Any, ...]], job_id: str, state: str | None
     ) -> None:
         raw = _raw(conn)
+        tx = conn.info.get(_TX)
         if len(rows) > self.copy_from:
+            if tx is not None:
+                owed_first(conn)
             # COPY: one statement for the unit (executemany sends one INSERT per row, and the
             # server's per-statement work was most of a 100-score unit, by profile)
             with _wrapped(conn), raw.cursor() as cursor, cursor.copy(self._copy) as copy:
@@ -164,7 +205,11 @@ class Postgres(Dialect):
             update = (self._update, [state, job_id])
             sql = f"WITH new AS ({sql}) {update[0]}" if sql else update[0]
             params += update[1]
-        if sql:
+        if sql and tx is not None:
+            if tx.write is not None:  # one held back already goes first (the rewind path writes twice)
+                owed_first(conn)
+            tx.owe(sql, params)  # sent with the next statement, or with COMMIT
+        elif sql:
             with _wrapped(conn), raw.cursor() as cursor:
                 cursor.execute(sql, params)
 
@@ -182,6 +227,46 @@ class Postgres(Dialect):
 
     def try_session_lock(self, conn: Connection, key: int) -> bool:
         return bool(conn.execute(sa.text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar())
+
+
+#: The key of a PostgreSQL unit's :class:`_Tx` in its connection's ``info``.
+_TX = "evalstop_tx"
+
+
+class _Tx:
+    """What a PostgreSQL unit owes the server: its ``BEGIN`` (until ``begun``) and a write held
+    back to go with the next statement (:meth:`Postgres.write_scores`). Only one write is held
+    back: a second one first sends the one before."""
+
+    __slots__ = ("begun", "write")
+
+    def __init__(self) -> None:
+        self.begun = False
+        self.write: tuple[str, list[Any]] | None = None
+
+    def owe(self, sql: str, params: list[Any]) -> None:
+        assert self.write is None, "send the held-back write first (owed_first)"
+        self.write = (sql, params)
+
+    def send(self, raw: Any) -> None:
+        """Queue what is owed on ``raw`` (inside its pipeline)."""
+        if not self.begun:
+            raw.execute("BEGIN")
+            self.begun = True
+        if self.write is not None:
+            sql, params = self.write
+            self.write = None
+            raw.execute(sql, params)
+
+
+def owed_first(conn: Connection) -> None:
+    """Send what a PostgreSQL unit owes (its ``BEGIN``, a held-back write) before a statement
+    that does not carry it: SQLAlchemy's (an engine hook, :func:`~.engine.open_store`), or COPY."""
+    tx = conn.info.get(_TX)
+    if tx is not None and (not tx.begun or tx.write is not None):
+        raw = _raw(conn)
+        with _wrapped(conn), raw.pipeline():
+            tx.send(raw)
 
 
 class _Compiled(NamedTuple):

@@ -25,7 +25,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from .commit import GroupCommitter
-from .dialect import Dialect, Postgres, Sqlite
+from .dialect import Dialect, Postgres, Sqlite, owed_first
 from .migrate import upgrade
 
 T = TypeVar("T")
@@ -97,8 +97,9 @@ class Store:
         commit group on SQLite (see :mod:`evalstop.service.commit`), alone on PostgreSQL."""
         if self.committer is not None:
             return self.committer.run(unit)
-        with self.transaction() as conn:
-            return unit(conn)
+        with self.engine.connect() as conn:
+            conn.execution_options(evalstop_writes=True)
+            return self.dialect.run_unit(conn, unit)
 
     async def write_async(self, unit: Callable[[Connection], T]) -> T:
         """:meth:`write` for an event loop. With group commit the loop waits for the commit
@@ -140,6 +141,7 @@ def open_store(
     else:
         engine = sa.create_engine(url, pool_size=10, max_overflow=20)
         _check_on_checkout(engine)
+        _send_owed_first(engine)
         dialect = Postgres()
     store = Store(engine, dialect, limits, group_commit=group_commit)
     if migrate:
@@ -175,6 +177,15 @@ def _check_on_checkout(engine: Engine) -> None:
             engine.dialect.do_ping(dbapi_conn)
         except engine.dialect.loaded_dbapi.Error as exc:
             raise sa.exc.DisconnectionError(f"the database connection failed its ping: {exc}") from exc
+
+
+def _send_owed_first(engine: Engine) -> None:
+    """A statement sent through SQLAlchemy inside a PostgreSQL write unit first sends what the
+    unit owes the server, its ``BEGIN`` and a held-back write (:meth:`.dialect.Postgres.run_unit`)."""
+
+    @sa.event.listens_for(engine, "before_cursor_execute")
+    def _owed(conn: Connection, *_: Any) -> None:
+        owed_first(conn)
 
 
 def _configure_sqlite(engine: Engine, synchronous: str) -> None:
