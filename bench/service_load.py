@@ -11,6 +11,8 @@ takes about half the CPU per request of ``--client http.client`` on the same cor
 2. **decision latency at a fixed rate**: single-score requests on an open-loop schedule of
    ``--rate`` per second for ``--seconds``; latency is measured from the *scheduled* send time
    to the reply (so a stalled server cannot hide queueing), p50/p99/max, plus the achieved rate.
+   It follows ``--warm-up`` seconds (default 2) of the same load on other jobs, reported apart
+   and not counted: the steady state, not the servers' first second (``--warm-up 0`` for that).
 
 3. **history**: single-score requests, one at a time, alternating between jobs (default rule)
    that already hold ``--short-history`` evals and jobs that hold ``--long-history`` evals;
@@ -628,6 +630,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=200)
     p.add_argument("--rate", type=float, default=1000.0)
     p.add_argument("--paced-threads", type=int, default=8)
+    p.add_argument("--warm-up", type=float, default=2.0,
+                   help="paced phase: seconds of the same load on other jobs before it, not counted "
+                        "(the servers' connections and prepared statements warm; 0: measure from cold)")
     p.add_argument("--synchronous", choices=["FULL", "NORMAL"], default="FULL")
     p.add_argument("--server-pid", type=int, help="with --url: the server's pid, to report its CPU time")
     p.add_argument("--phases", help="comma-separated: batched, paced, history, contention, fair, "
@@ -688,8 +693,12 @@ def main(argv: list[str] | None = None) -> int:
                 pids = [args.server_pid] if args.server_pid else [proc.pid for proc in procs]
                 result["idle"] = idle_cost(pids, db_pid, args.seconds)
             if "paced" in phases:
-                token, fresh = make_jobs(bases[0], args.admin_token, args.jobs)  # histories start empty
                 pids = [args.server_pid] if args.server_pid else [proc.pid for proc in procs]
+                if args.warm_up > 0:  # the same load on other jobs first, not counted
+                    token, fresh = make_jobs(bases[0], args.admin_token, args.jobs)
+                    result["paced_warm_up"] = PACED[args.client](bases, token, fresh, args.rate, args.warm_up,
+                                                                 args.paced_threads, pids, db_pid)
+                token, fresh = make_jobs(bases[0], args.admin_token, args.jobs)  # histories start empty
                 result["paced"] = PACED[args.client](bases, token, fresh, args.rate, args.seconds,
                                                      args.paced_threads, pids, db_pid)
             if "fair" in phases:
@@ -721,6 +730,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"batched: {b['scores_per_s']} scores/s ({b['scores']} scores in {b['seconds']} s, "
                   f"{args.clients} clients x batches of {args.batch}, {args.db}, {result['replicas']} "
                   f"replica(s))")
+        if "paced_warm_up" in result:
+            w = result["paced_warm_up"]
+            print(f"warm-up, not counted: {args.warm_up:g} s at {w['target_rate']:.0f}/s on other jobs: "
+                  f"achieved {w['achieved_rate']}/s, p50 {w['p50_ms']} ms, p99 {w['p99_ms']} ms")
         if "paced" in result:
             q = result["paced"]
             print(f"paced {q['target_rate']:.0f}/s single scores: achieved {q['achieved_rate']}/s, "

@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_service_load_bench_reports_its_figures(client: str) -> None:
     cmd = [sys.executable, str(ROOT / "bench" / "service_load.py"), "--phases", "batched,paced",
            "--seconds", "1", "--jobs", "4", "--client", client,
-           "--clients", "2", "--batch", "50", "--rate", "40", "--paced-threads", "2", "--json"]
+           "--clients", "2", "--batch", "50", "--rate", "40", "--paced-threads", "2", "--warm-up", "0.5",
+           "--json"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=180).stdout
     result = json.loads(out)
     assert result["synchronous"] == "FULL" and result["client"] == client
@@ -26,6 +27,7 @@ def test_service_load_bench_reports_its_figures(client: str) -> None:
     paced = result["paced"]
     assert paced["requests"] == 40 and 0 < paced["p50_ms"] <= paced["p99_ms"] <= paced["max_ms"]
     assert 0 <= paced["server_kernel_ms_per_request"] <= paced["server_cpu_ms_per_request"]
+    assert result["paced_warm_up"]["requests"] == 20  # on other jobs, apart from the measured phase
 
 
 def test_service_load_bench_reports_an_idle_servers_cpu() -> None:

@@ -81,10 +81,9 @@ def test_ingest_reads_the_job_columns_it_uses(pg_store: Store) -> None:
     """The lock statement names its columns (each result column costs the driver per request),
     and they are the ones the SQLite read names too."""
     job_id = _job(pg_store)
-    lock = pg_store.dialect._lock[True]  # type: ignore[attr-defined]
+    _, lock = pg_store.dialect._lock[True]  # type: ignore[attr-defined]
     assert lock.columns == (*INGEST_COLUMNS, "tenant_shadow")
-    with pg_store.transaction() as conn:
-        job = pg_store.dialect.read_ingest_job(conn, job_id, "t")
+    job = pg_store.write(lambda conn: pg_store.dialect.read_ingest_job(conn, job_id, "t"))
     assert job is not None
     assert set(job) == {*INGEST_COLUMNS, "tenant_shadow", "latest", "enforced", "shadow_stop",
                         "detector_decided"}
@@ -112,3 +111,95 @@ def test_the_ingest_state_read_does_not_grow_with_the_history(pg_store: Store) -
     with pg_store.reading() as conn:
         plan = conn.exec_driver_sql("EXPLAIN (ANALYZE, FORMAT JSON) " + sql.replace("%", "%%")).scalar_one()
     assert _scores_rows_read(plan[0]["Plan"]) == [1]
+
+
+def _count_executes(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Count the statements sent to the server by kind: the ingest's one-message sends
+    (``ClientCursor.execute``) and every other driver execute."""
+    counts = {"client": 0, "other": 0}
+    client_execute, execute = psycopg.ClientCursor.execute, psycopg.Cursor.execute
+
+    def counted_client(self: psycopg.ClientCursor, *args: object, **kwargs: object) -> object:
+        counts["client"] += 1
+        return client_execute(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    def counted(self: psycopg.Cursor, *args: object, **kwargs: object) -> object:
+        counts["other"] += 1
+        return execute(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(psycopg.ClientCursor, "execute", counted_client)
+    monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+    return counts
+
+
+def test_a_single_score_is_two_messages_to_the_server(
+    pg_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """BEGIN, the lock and the state in one message; the write and COMMIT in a second
+    (docs/service.md, "Round trips"): nothing else is sent for an ordinary single score."""
+    job_id = _job(pg_store)
+    domain.ingest_scores(pg_store, job_id, "t", [ScoreIn(step=1, value=0.5)])  # statements prepared
+    counts = _count_executes(monkeypatch)
+    for step in range(2, 7):
+        domain.ingest_scores(pg_store, job_id, "t", [ScoreIn(step=step, value=0.5)])
+    assert counts == {"client": 10, "other": 0}
+
+
+def test_a_rolled_back_ingest_keeps_the_prepared_statements(pg_store: Store) -> None:
+    """A refused score rolls its transaction back; the connection's prepared statements survive
+    it (psycopg's own preparing, which answers a rollback with DEALLOCATE ALL, is off), so the
+    next ingest on the same connection succeeds."""
+    job_id = _job(pg_store)
+    for _ in range(6):  # what psycopg would have prepared by itself
+        pg_store.write(lambda conn: conn.execute(sa.select(sa.literal(1))).scalar())
+    domain.ingest_scores(pg_store, job_id, "t", [ScoreIn(step=1, value=0.5)])
+    with pytest.raises(domain.Conflict):
+        domain.ingest_scores(pg_store, job_id, "t", [ScoreIn(step=1, value=0.7)])
+    pids = _pooled_pids(pg_store)
+    result = domain.ingest_scores(pg_store, job_id, "t", [ScoreIn(step=2, value=0.6)])
+    assert result.accepted == 1 and _pooled_pids(pg_store) == pids
+
+
+def test_a_held_back_write_that_fails_at_commit_writes_nothing(pg_store: Store) -> None:
+    """The unit's write goes to the server with COMMIT; when the server refuses it there, the
+    error is SQLAlchemy's (as from any statement), nothing of the unit is stored, and the
+    connection is clean for the next unit."""
+    job_id = _job(pg_store)
+    domain.ingest_scores(pg_store, job_id, "t", [ScoreIn(step=1, value=0.5)])
+    row = (job_id, 2, 0.9, None, None, "score", None, None, None, 0, time.time())
+
+    def bad_monitor(conn: sa.Connection) -> None:
+        pg_store.dialect.read_ingest_job(conn, job_id, "t")
+        pg_store.dialect.write_scores(conn, [row], job_id, "{not json")
+
+    with pytest.raises(sa.exc.DataError):
+        pg_store.write(bad_monitor)
+    with pg_store.reading() as conn:
+        steps = conn.execute(sa.text("SELECT step FROM scores WHERE job_id = :j"), {"j": job_id}).scalars()
+        assert sorted(steps) == [1]
+    assert domain.ingest_scores(pg_store, job_id, "t", [ScoreIn(step=2, value=0.6)]).accepted == 1
+
+
+@pytest.mark.parametrize("value", [
+    "plain", "it's", "back\\slash\\", "%s %(x)s {}", "'); DROP TABLE scores; --", "ünïcode ☃ 𝔘", "E'\\x27'",
+    "", 0, -1, 10**12, 0.5, -0.0, 1e-300, 1.7976931348623157e308, 0.1 + 0.2, float("nan"), float("inf"),
+    float("-inf"), True, False, None,
+])
+def test_a_rendered_value_reads_back_as_itself(pg_store: Store, value: object) -> None:
+    """The ingest sends its values as SQL literals in the statement's text (one message per
+    round trip): each must read back exactly, whatever a tenant put in it."""
+    from evalstop.service.store.dialect import _Tx
+
+    def read(conn: sa.Connection) -> object:
+        raw = conn.connection.driver_connection
+        with psycopg.ClientCursor(raw) as cur:
+            cast = {float: "::float8", int: "::bigint"}.get(type(value), "")  # as the columns take them
+            sql = _Tx(cur).render(f"SELECT (%s){cast}", [value])
+            cur.execute(sql)
+            return cur.fetchone()[0]  # type: ignore[index]
+
+    got = pg_store.write(read)
+    if isinstance(value, float) and value != value:
+        assert isinstance(got, float) and got != got
+    else:
+        assert got == value and type(got) is type(value)

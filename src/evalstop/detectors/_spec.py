@@ -83,8 +83,26 @@ def parse_spec(spec: str) -> Detector:
     return cast(Callable[..., Detector], cls)(**params)
 
 
+#: id(detector) -> (detector, its spec): a detector is frozen, so its spec never changes, and a
+#: job's monitor formats it on every stored score (a few percent of a single score's CPU, by
+#: profile). The detector is held, so its id is not reused while it is here; emptied when full.
+_FORMATTED: dict[int, tuple[Detector, str]] = {}
+_FORMATTED_MAX = 4096
+
+
 def format_spec(detector: Detector) -> str:
     """The spec that rebuilds ``detector``: its name plus every non-default parameter."""
+    hit = _FORMATTED.get(id(detector))
+    if hit is not None and hit[0] is detector:
+        return hit[1]
+    spec = _format_spec(detector)
+    if len(_FORMATTED) >= _FORMATTED_MAX:
+        _FORMATTED.clear()
+    _FORMATTED[id(detector)] = (detector, spec)
+    return spec
+
+
+def _format_spec(detector: Detector) -> str:
     if not dataclasses.is_dataclass(detector):
         raise TypeError(f"format_spec needs a dataclass detector. Got {detector!r} instead.")
     parts = []

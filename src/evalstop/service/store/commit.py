@@ -1,11 +1,13 @@
-"""Group commit for SQLite: many concurrent write units, one durable commit.
+"""How write units reach their transaction: group commit for SQLite (:class:`GroupCommitter`),
+and a few writer threads for PostgreSQL (:class:`WriterThreads`).
 
 With ``synchronous=FULL`` every SQLite commit waits for an fsync, and SQLite has one writer at
 a time, so one commit per request caps single-score ingest at 1/fsync-time. The committer runs
 the units that queued up while the previous commit was on disk in ONE transaction, each in its
 own SAVEPOINT: a unit that raises is rolled back alone (its caller gets the exception), the
 others commit together, and nobody is answered before the commit is on disk. PostgreSQL
-groups commits itself; there each unit gets its own transaction.
+groups commits itself; there each unit gets its own transaction, on one of a few threads that
+answer an event loop once per batch of finished units.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ T = TypeVar("T")
 #: event loop (:class:`LoopWaiter`).
 Unit = tuple[Callable[[Connection], Any], "Future[Any] | LoopWaiter"]
 Outcome = tuple["Future[Any] | LoopWaiter", Any, "BaseException | None"]
+#: An asyncio future and what to settle it with (a result, or an error).
+Settled = tuple["asyncio.Future[Any]", Any, "BaseException | None"]
 
 
 class LoopWaiter:
@@ -126,6 +130,95 @@ class GroupCommitter:
         _answer(outcomes)
 
 
+class WriterThreads:
+    """Units each in its own transaction, run by ``threads`` threads of their own for tasks on
+    an event loop (PostgreSQL). Each thread keeps one connection open (``connect()``) and runs
+    its units on it (``run(conn, unit)``), replacing it when it is closed, invalidated or
+    ``stale(conn)``. What ``asyncio.to_thread`` and a pool checkout per unit cost, by profile
+    (docs/service.md, issue 21's fifth pass): the executor's future, its wrapping in an asyncio
+    future, one wake-up of the loop per unit, and the pool's checkout and checkin (a tenth of
+    a single score's CPU). Here a unit is queued with its :class:`LoopWaiter`, and the units
+    that finish while the loop has not yet taken the last answers are answered together, in
+    one call into the loop."""
+
+    def __init__(
+        self, connect: Callable[[], Connection],
+        run: Callable[[Connection, Callable[[Connection], Any]], Any], stale: Callable[[Connection], bool],
+        threads: int = 8,
+    ) -> None:
+        self._connect, self._runner, self._stale = connect, run, stale
+        self.threads = threads
+        self._queue: queue.SimpleQueue[Unit | None] = queue.SimpleQueue()
+        self._running: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        #: per loop, the answers not yet taken by it (a call into the loop is pending for each)
+        self._answers: dict[asyncio.AbstractEventLoop, list[Settled]] = {}
+
+    def submit_async(self, unit: Callable[[Connection], T]) -> asyncio.Future[T]:
+        """Queue ``unit``; await the returned future for its result once committed. A future
+        cancelled before a thread takes its unit is skipped (the unit never runs)."""
+        if not self._running:
+            self._start_threads()
+        waiter = LoopWaiter(asyncio.get_running_loop())
+        self._queue.put((unit, waiter))
+        return waiter.future
+
+    def close(self) -> None:
+        with self._lock:
+            running, self._running = self._running, []
+        for _ in running:
+            self._queue.put(None)
+        for thread in running:
+            thread.join(10)
+
+    def _start_threads(self) -> None:
+        with self._lock:
+            while len(self._running) < self.threads:
+                thread = threading.Thread(target=self._run, name="evalstop-writer", daemon=True)
+                thread.start()
+                self._running.append(thread)
+
+    def _run(self) -> None:
+        conn: Connection | None = None
+        try:
+            while (item := self._queue.get()) is not None:
+                unit, waiter = item
+                assert isinstance(waiter, LoopWaiter)
+                if not _start(waiter):
+                    continue
+                answer: Settled
+                try:
+                    conn = self._fresh(conn)
+                    answer = (waiter.future, self._runner(conn, unit), None)
+                except Exception as exc:
+                    answer = (waiter.future, None, exc)
+                with self._lock:
+                    pending = self._answers.setdefault(waiter.loop, [])
+                    pending.append(answer)
+                    first = len(pending) == 1
+                if first:  # else the call already pending takes this answer too
+                    with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+                        waiter.loop.call_soon_threadsafe(self._settle, waiter.loop)
+        finally:
+            if conn is not None:
+                conn.close()
+
+    def _fresh(self, conn: Connection | None) -> Connection:
+        """``conn`` if it is still good, else a new connection (the old one discarded)."""
+        if conn is not None and not conn.closed and not conn.invalidated and not self._stale(conn):
+            return conn
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.invalidate()  # the pool opens a new one rather than reuse this
+                conn.close()
+        return self._connect()
+
+    def _settle(self, loop: asyncio.AbstractEventLoop) -> None:
+        with self._lock:
+            settled = self._answers.pop(loop, [])
+        _settle(settled)
+
+
 def _start(waiter: Future[Any] | LoopWaiter) -> bool:
     """Whether the unit still runs: False for a waiter cancelled before its group started."""
     if isinstance(waiter, LoopWaiter):
@@ -135,7 +228,7 @@ def _start(waiter: Future[Any] | LoopWaiter) -> bool:
 
 def _answer(outcomes: list[Outcome]) -> None:
     """Settle every waiter: thread futures here, each loop's futures in one call into it."""
-    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any, BaseException | None]]] = {}
+    by_loop: dict[asyncio.AbstractEventLoop, list[Settled]] = {}
     for waiter, result, error in outcomes:
         if isinstance(waiter, LoopWaiter):
             by_loop.setdefault(waiter.loop, []).append((waiter.future, result, error))
@@ -146,7 +239,7 @@ def _answer(outcomes: list[Outcome]) -> None:
             loop.call_soon_threadsafe(_settle, settled)
 
 
-def _settle(settled: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
+def _settle(settled: list[Settled]) -> None:
     for future, result, error in settled:
         _resolve(future, result, error)
 

@@ -13,14 +13,17 @@
 
 from __future__ import annotations
 
+import select
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any, NamedTuple, TypeVar
 
 import sqlalchemy as sa
+from psycopg import ClientCursor, pq
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
+from sqlalchemy.dialects.postgresql.asyncpg import dialect as asyncpg_dialect
 from sqlalchemy.engine import Connection
 
 from ..score import ScoreIn
@@ -47,6 +50,11 @@ class Dialect:
         return its result once committed; rolled back if it raises."""
         with conn.begin():
             return unit(conn)
+
+    def stale(self, conn: Connection) -> bool:
+        """Whether ``conn``, kept open between units (:class:`~.commit.WriterThreads`), should be
+        replaced before the next: what the pool's checkout check does (:mod:`.engine`)."""
+        return False
 
     def read_ingest_job(self, conn: Connection, job_id: str, tenant: str | None) -> dict[str, Any] | None:
         raise NotImplementedError
@@ -117,12 +125,16 @@ class Sqlite(Dialect):
 
 class Postgres(Dialect):
     """The ingest path runs on the driver connection in TWO round trips for a single score
-    (docs/service.md, "Round trips"): ``BEGIN``, the job's lock and its state in one pipeline;
-    then the new scores and the monitor in one statement (a data-modifying CTE) with ``COMMIT``
-    in a second pipeline. For that the transaction is this class's, not SQLAlchemy's
-    (:meth:`run_unit`, :class:`_Tx`): the connection runs in autocommit and ``BEGIN``, the
-    deferred write and ``COMMIT`` ride along with the next statement. Eight round trips before
-    issue 21, four after its second pass."""
+    (docs/service.md, "Round trips"): ``BEGIN``, the job's lock and its state in one message;
+    then the new scores and the monitor in one statement (a data-modifying CTE) and ``COMMIT``
+    in a second. For that the transaction is this class's, not SQLAlchemy's (:meth:`run_unit`,
+    :class:`_Tx`): the connection runs in autocommit, and ``BEGIN``, the held-back write and
+    ``COMMIT`` ride along with the next statement, all sent as one simple-protocol message
+    (one ``send`` each way; psycopg's pipeline sent each statement apart). The statements are
+    prepared once per connection (:attr:`PREPARED`), so each call is an ``EXECUTE`` with its
+    values rendered as SQL literals (:meth:`_Tx.render`: libpq's own quoting for text). Eight
+    round trips before issue 21,
+    four after its second pass."""
 
     name = "postgresql"
     shared = True
@@ -131,87 +143,104 @@ class Postgres(Dialect):
     _copy = f"COPY scores ({', '.join(SCORE_COLUMNS)}) FROM STDIN"
 
     def __init__(self) -> None:
-        dialect = psycopg_dialect()  # type: ignore[no-untyped-call]
-        self._lock = {scoped: _compile(ingest_job(scoped, lock=True), dialect) for scoped in (False, True)}
-        self._state = _compile(JOB_STATE, dialect)
+        numbered = asyncpg_dialect()  # type: ignore[no-untyped-call]  # only its $n parameter style
+        lock = {scoped: _compile(ingest_job(scoped, lock=True), numbered) for scoped in (False, True)}
+        state = _compile(JOB_STATE, numbered)
+        columns, n = ", ".join(SCORE_COLUMNS), len(SCORE_COLUMNS)
+        insert = f"INSERT INTO scores ({columns}) VALUES ({', '.join(f'${i + 1}' for i in range(n))})"
+        #: name -> statement, prepared on each connection before its first ingest
+        self.PREPARED = {
+            "evalstop_lock": lock[False].sql, "evalstop_lock_scoped": lock[True].sql,
+            "evalstop_state": state.sql, "evalstop_score": insert,
+            "evalstop_score_monitor": f"WITH new AS ({insert}) UPDATE jobs SET monitor_state = "
+                                      f"${n + 1}::json WHERE id = ${n + 2}",
+            "evalstop_monitor": "UPDATE jobs SET monitor_state = $1::json WHERE id = $2",
+        }
+        self._lock = {scoped: (_execute(name, lock[scoped]), lock[scoped])
+                      for scoped, name in ((False, "evalstop_lock"), (True, "evalstop_lock_scoped"))}
+        self._state = (_execute("evalstop_state", state), state)
+        self._rows = f"INSERT INTO scores ({columns}) VALUES "
         self._row = "(" + ", ".join("%s" for _ in SCORE_COLUMNS) + ")"
-        self._insert = f"INSERT INTO scores ({', '.join(SCORE_COLUMNS)}) VALUES "
-        self._update = "UPDATE jobs SET monitor_state = %s::json WHERE id = %s"
+        self._prepared: weakref.WeakSet[Any] = weakref.WeakSet()  # driver connections done
 
     def run_unit(self, conn: Connection, unit: Callable[[Connection], T]) -> T:
         """``unit(conn)`` in a transaction of our own: the driver connection in autocommit, and
-        ``BEGIN``, the unit's deferred write and ``COMMIT`` sent with the statements around them
-        (:class:`_Tx`). A statement the unit sends through SQLAlchemy sends what is owed first
-        (:func:`owed_first`, an engine hook). Rolled back if the unit or the commit raises."""
+        ``BEGIN``, the unit's held-back write and ``COMMIT`` sent with the statements around
+        them (:class:`_Tx`). A statement the unit sends through SQLAlchemy sends what is owed
+        first (:func:`owed_first`, an engine hook). Rolled back if the unit or the commit raises."""
         raw = _raw(conn)
-        tx = _Tx()
-        conn.info[_TX] = tx
         raw.autocommit = True
+        tx = _Tx(ClientCursor(raw))
+        conn.info[_TX] = tx
         try:
-            result = unit(conn)
-            if tx.begun:
+            if raw not in self._prepared:  # once per connection (a session's prepared statements)
                 with _wrapped(conn), raw.pipeline():
-                    tx.send(raw)
-                    raw.execute("COMMIT")
+                    for name, sql in self.PREPARED.items():
+                        raw.execute(f"PREPARE {name} AS {sql}")
+                self._prepared.add(raw)
+            result = unit(conn)
+            if tx.begun or len(tx.owed) > 1:
+                with _wrapped(conn):
+                    tx.send("COMMIT")
                 tx.begun = False
             return result
         finally:
             del conn.info[_TX]
+            tx.cur.close()
             if tx.begun and not raw.closed:
                 with suppress(Exception):  # a broken connection: the pool discards it
                     raw.execute("ROLLBACK")
             with suppress(Exception):  # not while in a transaction (then the pool discards it)
                 raw.autocommit = False
 
-    def read_ingest_job(self, conn: Connection, job_id: str, tenant: str | None) -> dict[str, Any] | None:
+    def stale(self, conn: Connection) -> bool:
+        """The server closed it (a restart, ``pg_terminate_backend``, an idle timeout): its
+        goodbye made the idle socket readable, or the driver knows it is closed."""
         raw = _raw(conn)
-        given = {"job_id": job_id, "tenant": tenant}
-        lock, state = self._lock[tenant is not None], self._state
+        return bool(raw.closed or select.select([raw.fileno()], [], [], 0)[0])
+
+    def read_ingest_job(self, conn: Connection, job_id: str, tenant: str | None) -> dict[str, Any] | None:
         tx = conn.info.get(_TX)
-        with _wrapped(conn), raw.cursor() as locked, raw.cursor() as read:
-            with raw.pipeline():
-                if tx is not None:
-                    tx.send(raw)
-                locked.execute(lock.sql, {**lock.defaults, **given})
-                read.execute(state.sql, {**state.defaults, **given})
-            found = locked.fetchone()
+        assert tx is not None, "PostgreSQL ingest runs in Store.write"
+        given = {"job_id": job_id, "tenant": tenant}
+        (lock_sql, lock), (state_sql, state) = self._lock[tenant is not None], self._state
+        mogrify = tx.render
+        with _wrapped(conn):
+            cur = tx.send(mogrify(lock_sql, [given.get(p, lock.defaults.get(p)) for p in lock.params]),
+                          mogrify(state_sql, [given.get(p, state.defaults.get(p)) for p in state.params]))
+            found = cur.fetchone()
+            cur.nextset()
             if found is None:
                 return None
             # the names come from the compiled statement: reading the cursor's description built
             # one driver object per column per request (a tenth of the CPU, by profile)
             job = dict(zip(lock.columns, found, strict=True))
-            job.update(zip(state.columns, read.fetchone(), strict=True))
+            job.update(zip(state.columns, cur.fetchone(), strict=True))
         return job
 
     def write_scores(
         self, conn: Connection, rows: Sequence[tuple[Any, ...]], job_id: str, state: str | None
     ) -> None:
-        raw = _raw(conn)
         tx = conn.info.get(_TX)
+        assert tx is not None, "PostgreSQL ingest runs in Store.write"
         if len(rows) > self.copy_from:
-            if tx is not None:
-                owed_first(conn)
+            owed_first(conn)
             # COPY: one statement for the unit (executemany sends one INSERT per row, and the
             # server's per-statement work was most of a 100-score unit, by profile)
-            with _wrapped(conn), raw.cursor() as cursor, cursor.copy(self._copy) as copy:
+            with _wrapped(conn), tx.cur.copy(self._copy) as copy:
                 for r in rows:
                     copy.write_row(r)
             rows = ()
-        sql, params = "", []
-        if rows:
-            sql = self._insert + ", ".join(self._row for _ in rows)
-            params = [v for r in rows for v in r]
+        mogrify = tx.render
+        if len(rows) == 1:
+            params = list(rows[0]) + ([] if state is None else [state, job_id])
+            name = "evalstop_score" if state is None else "evalstop_score_monitor"
+            tx.owe(mogrify(f"EXECUTE {name}({', '.join('%s' for _ in params)})", params))
+            return
+        if rows:  # more than one row, up to copy_from: one INSERT with the values in its text
+            tx.owe(mogrify(self._rows + ", ".join(self._row for _ in rows), [v for r in rows for v in r]))
         if state is not None:
-            update = (self._update, [state, job_id])
-            sql = f"WITH new AS ({sql}) {update[0]}" if sql else update[0]
-            params += update[1]
-        if sql and tx is not None:
-            if tx.write is not None:  # one held back already goes first (the rewind path writes twice)
-                owed_first(conn)
-            tx.owe(sql, params)  # sent with the next statement, or with COMMIT
-        elif sql:
-            with _wrapped(conn), raw.cursor() as cursor:
-                cursor.execute(sql, params)
+            tx.owe(mogrify("EXECUTE evalstop_monitor(%s, %s)", [state, job_id]))
 
     def claimable(self, query: sa.Select[Any]) -> sa.Select[Any]:
         return query.with_for_update(skip_locked=True)
@@ -234,39 +263,72 @@ _TX = "evalstop_tx"
 
 
 class _Tx:
-    """What a PostgreSQL unit owes the server: its ``BEGIN`` (until ``begun``) and a write held
-    back to go with the next statement (:meth:`Postgres.write_scores`). Only one write is held
-    back: a second one first sends the one before."""
+    """A PostgreSQL unit's transaction: the statements it owes the server (``BEGIN`` until it
+    is sent, and the writes held back by :meth:`Postgres.write_scores`), each already rendered
+    with its values, to be sent together with the next statement as ONE simple-protocol
+    message on the unit's ``ClientCursor``."""
 
-    __slots__ = ("begun", "write")
+    __slots__ = ("begun", "cur", "escape", "owed")
 
-    def __init__(self) -> None:
+    def __init__(self, cur: Any) -> None:
+        self.cur = cur
+        self.escape = pq.Escaping(cur.connection.pgconn).escape_literal
         self.begun = False
-        self.write: tuple[str, list[Any]] | None = None
+        self.owed = ["BEGIN"]
 
-    def owe(self, sql: str, params: list[Any]) -> None:
-        assert self.write is None, "send the held-back write first (owed_first)"
-        self.write = (sql, params)
+    def render(self, sql: str, values: Sequence[Any]) -> str:
+        """``sql`` with each ``%s`` replaced by the SQL literal of its value: text quoted by
+        libpq (``PQescapeLiteral``, right for the connection's encoding and settings), numbers
+        as Python writes them (a float's ``repr`` reads back exactly), NaN and infinities as
+        PostgreSQL spells them. Any other type is a bug here, so it raises. (psycopg's
+        ``ClientCursor.mogrify`` did the same through its adapters, a tenth of a single score's
+        CPU by profile.)"""
+        return sql % tuple(_literal(v, self.escape) for v in values)
 
-    def send(self, raw: Any) -> None:
-        """Queue what is owed on ``raw`` (inside its pipeline)."""
-        if not self.begun:
-            raw.execute("BEGIN")
-            self.begun = True
-        if self.write is not None:
-            sql, params = self.write
-            self.write = None
-            raw.execute(sql, params)
+    def owe(self, sql: str) -> None:
+        self.owed.append(sql)
+
+    def send(self, *sql: str) -> Any:
+        """Send what is owed, then ``sql``, in one message; return the cursor at the first
+        result of ``sql``."""
+        owed, self.owed = self.owed, []
+        self.begun = True  # from here a ROLLBACK is due if anything fails (harmless if not begun)
+        self.cur.execute("; ".join([*owed, *sql]))
+        for _ in owed:
+            self.cur.nextset()
+        return self.cur
+
+
+_FLOAT_WORDS = {"nan": "'NaN'::float8", "inf": "'Infinity'::float8", "-inf": "'-Infinity'::float8"}
+
+
+def _literal(value: Any, escape: Callable[[bytes], bytes]) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        text = repr(value)
+        return _FLOAT_WORDS.get(text, text)
+    if isinstance(value, str):
+        return escape(value.encode()).decode()
+    raise TypeError(f"no SQL literal for a {type(value).__name__}: {value!r}")
 
 
 def owed_first(conn: Connection) -> None:
-    """Send what a PostgreSQL unit owes (its ``BEGIN``, a held-back write) before a statement
+    """Send what a PostgreSQL unit owes (its ``BEGIN``, held-back writes) before a statement
     that does not carry it: SQLAlchemy's (an engine hook, :func:`~.engine.open_store`), or COPY."""
     tx = conn.info.get(_TX)
-    if tx is not None and (not tx.begun or tx.write is not None):
-        raw = _raw(conn)
-        with _wrapped(conn), raw.pipeline():
-            tx.send(raw)
+    if tx is not None and tx.owed:
+        with _wrapped(conn):
+            tx.send()
+
+
+def _execute(name: str, statement: _Compiled) -> str:
+    """``EXECUTE name(%s, ...)``: a prepared statement's call, its values to be rendered."""
+    return f"EXECUTE {name}({', '.join('%s' for _ in statement.params)})"
 
 
 class _Compiled(NamedTuple):

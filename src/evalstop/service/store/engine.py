@@ -10,7 +10,6 @@ serialise on ``SELECT ... FOR UPDATE`` of the job row.
 
 from __future__ import annotations
 
-import asyncio
 import select
 import sqlite3
 import time
@@ -24,7 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
-from .commit import GroupCommitter
+from .commit import GroupCommitter, WriterThreads
 from .dialect import Dialect, Postgres, Sqlite, owed_first
 from .migrate import upgrade
 
@@ -61,6 +60,8 @@ class Store:
         self._group_conn: Connection | None = None  # the committer's own connection, kept open
         use_group = group_commit and dialect.group_commit
         self.committer = GroupCommitter(self._group_transaction) if use_group else None
+        # started on first use
+        self.writers = WriterThreads(self._connect_writer, dialect.run_unit, dialect.stale)
 
     @property
     def shared(self) -> bool:
@@ -92,21 +93,25 @@ class Store:
         with conn.begin():
             yield conn
 
+    def _connect_writer(self) -> Connection:
+        conn = self.engine.connect()
+        conn.execution_options(evalstop_writes=True)
+        return conn
+
     def write(self, unit: Callable[[Connection], T]) -> T:
         """Run ``unit(conn)`` in a write transaction and return its result once committed: in a
         commit group on SQLite (see :mod:`evalstop.service.commit`), alone on PostgreSQL."""
         if self.committer is not None:
             return self.committer.run(unit)
-        with self.engine.connect() as conn:
-            conn.execution_options(evalstop_writes=True)
+        with self._connect_writer() as conn:
             return self.dialect.run_unit(conn, unit)
 
     async def write_async(self, unit: Callable[[Connection], T]) -> T:
-        """:meth:`write` for an event loop. With group commit the loop waits for the commit
-        without a thread of its own (no thread-pool hop per request); else in a thread."""
+        """:meth:`write` for an event loop, which waits for the commit without a thread of its
+        own: in the next commit group (SQLite), or on one of the store's writer threads."""
         if self.committer is not None:
             return await self.committer.submit_async(unit)
-        return await asyncio.to_thread(self.write, unit)
+        return await self.writers.submit_async(unit)
 
     def create_schema(self) -> None:
         """Create or migrate the schema to the current revision (:mod:`.migrate`)."""
@@ -119,6 +124,7 @@ class Store:
     def dispose(self) -> None:
         if self.committer is not None:
             self.committer.close()
+        self.writers.close()
         if self._group_conn is not None:
             self._group_conn.close()
             self._group_conn = None
@@ -139,7 +145,11 @@ def open_store(
         _configure_sqlite(engine, synchronous)
         dialect = Sqlite()
     else:
-        engine = sa.create_engine(url, pool_size=10, max_overflow=20)
+        # psycopg's own statement preparing is off: on any rollback it sends DEALLOCATE ALL,
+        # which would drop the ingest's statements too, prepared once per connection
+        # (dialect.Postgres.PREPARED)
+        engine = sa.create_engine(url, pool_size=10, max_overflow=20, pool_use_lifo=True,
+                                  connect_args={"prepare_threshold": None})
         _check_on_checkout(engine)
         _send_owed_first(engine)
         dialect = Postgres()
