@@ -651,6 +651,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--light-rate", type=float, default=100.0, help="fair phase: light tenant's requests/s")
     p.add_argument("--neighbour-stops", type=int, default=10, help="slow-neighbour phase: stops measured")
     p.add_argument("--slow-jobs", type=int, default=4, help="slow-neighbour phase: the slow tenant's stops")
+    p.add_argument("--db-threads", type=int, help="the servers' db_threads (PostgreSQL writer threads per "
+                   "replica; default: the service's own default)")
     p.add_argument("--no-fast-path", action="store_true",
                    help="start the servers with EVALSTOP_FAST_PATH=false (every score through the route)")
     p.add_argument("--client", choices=list(PACED), default="raw",
@@ -669,6 +671,8 @@ def main(argv: list[str] | None = None) -> int:
             "url": f"{recv}/default", "secret": WEBHOOK_SECRET, "timeout_s": 5.0}})} if recv else {}
         if args.no_fast_path:
             extra_env["EVALSTOP_FAST_PATH"] = "false"
+        if args.db_threads is not None:
+            extra_env["EVALSTOP_DB_THREADS"] = str(args.db_threads)
         try:
             if args.url:
                 bases = [args.url]
@@ -722,6 +726,7 @@ def main(argv: list[str] | None = None) -> int:
                 proc.wait(10)
             if stop_pg is not None:
                 stop_pg()
+    result["db_threads"] = args.db_threads
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -736,7 +741,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"achieved {w['achieved_rate']}/s, p50 {w['p50_ms']} ms, p99 {w['p99_ms']} ms")
         if "paced" in result:
             q = result["paced"]
-            print(f"paced {q['target_rate']:.0f}/s single scores: achieved {q['achieved_rate']}/s, "
+            print(f"paced {q['target_rate']:.0f}/s single scores ({args.db}, {result['replicas']} "
+                  f"replica(s), db_threads {args.db_threads or 'default'}): achieved {q['achieved_rate']}/s, "
                   f"decision latency p50 {q['p50_ms']} ms, p99 {q['p99_ms']} ms, max {q['max_ms']} ms")
             print(f"  CPU per request: server {q['server_cpu_ms_per_request']} ms (in the kernel "
                   f"{q['server_kernel_ms_per_request']} ms), client {q['client_cpu_ms_per_request']} ms "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -134,6 +135,48 @@ def test_units_awaited_on_an_event_loop_are_answered_in_one_call_per_group(tmp_p
     assert isinstance(answers[3], ValueError) and isinstance(answers[5], asyncio.CancelledError)
     # two groups (unit 0, then units 1-4 queued behind it): two calls into the loop for 5 units
     assert sorted(ran) == [0, 1, 2, 3, 4] and calls == 2
+    with store.engine.connect() as conn:
+        names = set(conn.execute(sa.select(tenants.c.name)).scalars())
+    assert names == {"t0", "t1", "t2", "t4"}
+    store.dispose()
+
+
+def test_writer_threads_answer_units_that_finish_together_in_one_call(tmp_path: Path) -> None:
+    """``Store.write_async`` without group commit (the PostgreSQL path; SQLite here, one writer
+    thread): each task gets its own result or exception, each unit in its own transaction (unit
+    3's refusal rolls back only unit 3), a unit whose task gave up before the thread took it
+    never runs, and the units that finish while the loop is busy are answered in one call."""
+    store = open_store(f"sqlite:///{tmp_path / 'w.db'}", group_commit=False, db_threads=1)
+    assert store.committer is None
+    gate, started = threading.Event(), threading.Event()
+    ran: list[int] = []
+
+    async def main() -> tuple[list[object], int]:
+        loop = asyncio.get_running_loop()
+        calls = 0
+        real = loop.call_soon_threadsafe
+
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            return real(*args, **kwargs)
+
+        loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+        first = asyncio.ensure_future(store.write_async(_unit(0, gate, started, ran)))
+        await asyncio.to_thread(started.wait, 5)
+        calls = 0  # the to_thread above called into the loop too
+        rest = [asyncio.ensure_future(store.write_async(_unit(i, gate, started, ran))) for i in range(1, 6)]
+        await asyncio.sleep(0)  # every unit is queued behind unit 0
+        rest[4].cancel()  # unit 5: its task gives up before the thread takes its unit
+        gate.set()
+        time.sleep(1.0)  # the loop is busy while the thread finishes units 0-4
+        answers = await asyncio.gather(first, *rest, return_exceptions=True)
+        return list(answers), calls
+
+    answers, calls = asyncio.run(main())
+    assert answers[:3] == [0, 1, 2] and answers[4] == 4
+    assert isinstance(answers[3], ValueError) and isinstance(answers[5], asyncio.CancelledError)
+    assert sorted(ran) == [0, 1, 2, 3, 4] and calls == 1
     with store.engine.connect() as conn:
         names = set(conn.execute(sa.select(tenants.c.name)).scalars())
     assert names == {"t0", "t1", "t2", "t4"}

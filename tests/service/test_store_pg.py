@@ -181,7 +181,8 @@ def test_a_held_back_write_that_fails_at_commit_writes_nothing(pg_store: Store) 
 
 
 @pytest.mark.parametrize("value", [
-    "plain", "it's", "back\\slash\\", "%s %(x)s {}", "'); DROP TABLE scores; --", "ünïcode ☃ 𝔘", "E'\\x27'",
+    "plain", "it's", "back\\slash\\", "%s %(x)s {}", "'); DROP TABLE scores; --",
+    "ünïcode ☃ \U0001d518", "E'\\x27'",
     "", 0, -1, 10**12, 0.5, -0.0, 1e-300, 1.7976931348623157e308, 0.1 + 0.2, float("nan"), float("inf"),
     float("-inf"), True, False, None,
 ])
@@ -203,3 +204,42 @@ def test_a_rendered_value_reads_back_as_itself(pg_store: Store, value: object) -
         assert isinstance(got, float) and got != got
     else:
         assert got == value and type(got) is type(value)
+
+
+def test_writer_threads_replace_a_connection_the_server_closed(pg_store: Store) -> None:
+    """A writer thread keeps its connection between units; when the server ends it (here
+    ``pg_terminate_backend``), the next unit runs on a new one instead of failing."""
+    import asyncio
+
+    job_id = _job(pg_store)
+
+    async def ingest(step: int) -> int:
+        result = await domain.ingest_scores_async(pg_store, job_id, "t", [ScoreIn(step=step, value=0.5)])
+        return result.accepted
+
+    async def backend_pids() -> set[int]:
+        def pid(conn: sa.Connection) -> int:
+            return int(conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one())
+        return {await pg_store.write_async(pid) for _ in range(3 * pg_store.writers.threads)}
+
+    async def scenario() -> None:
+        assert await ingest(1) == 1
+        before = await backend_pids()
+        assert len(before) <= pg_store.writers.threads  # kept, not a new connection per unit
+        with pg_store.reading() as conn:
+            for pid in before:
+                conn.execute(sa.text("SELECT pg_terminate_backend(:p)"), {"p": pid})
+        time.sleep(0.2)  # the server's goodbye reaches the idle sockets
+        n = 2 * pg_store.writers.threads
+        assert [await ingest(step) for step in range(2, 2 + n)] == [1] * n
+        assert not (await backend_pids()) & before
+
+    asyncio.run(scenario())
+
+
+def test_db_threads_sets_the_writer_threads(postgres_url: str) -> None:
+    store = open_store(postgres_url, db_threads=2)
+    try:
+        assert store.writers.threads == 2
+    finally:
+        store.dispose()

@@ -97,7 +97,8 @@ class ServiceContext:
         limits = Limits(max_batch=settings.max_batch, max_step=settings.max_step,
                         max_history=settings.max_history, ingest_chunk=settings.ingest_chunk)
         store = open_store(settings.database_url, synchronous=settings.sqlite_synchronous, limits=limits,
-                           group_commit=settings.sqlite_group_commit, migrate=settings.migrate_on_start)
+                           group_commit=settings.sqlite_group_commit, migrate=settings.migrate_on_start,
+                           db_threads=settings.db_threads)
         if not settings.migrate_on_start:
             try:
                 require_head(store.engine)  # a migration job owns the schema: refuse any other

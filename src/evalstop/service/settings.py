@@ -58,6 +58,9 @@ class ServiceSettings(BaseSettings):
     #: once (a tenant whose receiver hangs delays only its own stops; docs/service.md, "Fair delivery").
     worker_threads: int = Field(default=8, ge=1, le=256)
     worker_per_tenant: int = Field(default=2, ge=1)
+    #: Threads per replica that run score writes on PostgreSQL, each on a connection it keeps:
+    #: how many transactions a replica has in flight at once (docs/service.md, "Writer threads").
+    db_threads: int = Field(default=4, ge=1, le=64)
     #: Seconds between sweeps of revoked or expired console sessions (by an idle worker thread).
     session_sweep_s: float = Field(default=60.0, gt=0, le=86400)
     backoff_base_s: float = Field(default=0.5, gt=0)

@@ -144,7 +144,7 @@ class WriterThreads:
     def __init__(
         self, connect: Callable[[], Connection],
         run: Callable[[Connection, Callable[[Connection], Any]], Any], stale: Callable[[Connection], bool],
-        threads: int = 8,
+        threads: int = 4,
     ) -> None:
         self._connect, self._runner, self._stale = connect, run, stale
         self.threads = threads

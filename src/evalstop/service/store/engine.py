@@ -51,7 +51,7 @@ class Store:
 
     def __init__(
         self, engine: Engine, dialect: Dialect, limits: Limits | None = None, clock: Any = time.time,
-        group_commit: bool = True,
+        group_commit: bool = True, db_threads: int = 4,
     ) -> None:
         self.engine = engine
         self.dialect = dialect
@@ -61,7 +61,7 @@ class Store:
         use_group = group_commit and dialect.group_commit
         self.committer = GroupCommitter(self._group_transaction) if use_group else None
         # started on first use
-        self.writers = WriterThreads(self._connect_writer, dialect.run_unit, dialect.stale)
+        self.writers = WriterThreads(self._connect_writer, dialect.run_unit, dialect.stale, db_threads)
 
     @property
     def shared(self) -> bool:
@@ -133,7 +133,7 @@ class Store:
 
 def open_store(
     url: str, *, synchronous: str = "FULL", limits: Limits | None = None, group_commit: bool = True,
-    migrate: bool = True,
+    migrate: bool = True, db_threads: int = 4,
 ) -> Store:
     """Build the engine for ``url`` (SQLite pragmas included), pick its dialect, and create or
     migrate the tables (``migrate=False``: leave them as they are; see :func:`.migrate.require_head`)."""
@@ -153,7 +153,7 @@ def open_store(
         _check_on_checkout(engine)
         _send_owed_first(engine)
         dialect = Postgres()
-    store = Store(engine, dialect, limits, group_commit=group_commit)
+    store = Store(engine, dialect, limits, group_commit=group_commit, db_threads=db_threads)
     if migrate:
         store.create_schema()
     return store
