@@ -56,3 +56,15 @@ def test_ingest_profile_bench_reports_cpu_and_calls_per_score() -> None:
     head, calls = out.splitlines()[:2]
     assert head.startswith("sqlite: 20 single-score ingests in 2 blocks:") and "in the kernel" in head
     assert calls.endswith("Python function calls per score") and int(calls.split()[0]) > 0
+
+
+@pytest.mark.skipif(not list(Path("/usr/lib/postgresql").glob("*/bin/initdb")),
+                    reason="PostgreSQL server binaries not found under /usr/lib/postgresql/*/bin")
+def test_service_floor_bench_reports_the_paced_figures() -> None:
+    cmd = [sys.executable, str(ROOT / "bench" / "service_floor.py"), "--replicas", "1", "--rate", "40",
+           "--seconds", "1", "--warm-up", "0.5", "--paced-threads", "2", "--threads", "2", "--json"]
+    result = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=180).stdout)
+    paced = result["paced"]
+    assert paced["requests"] == 40 and 0 < paced["p50_ms"] <= paced["p99_ms"] <= paced["max_ms"]
+    assert paced["server_cpu_ms_per_request"] > 0 and paced["database_cpu_ms_per_request"] > 0
+    assert result["paced_warm_up"]["requests"] == 20

@@ -1,0 +1,167 @@
+"""The floor under the service's single-score figures: the least a Python HTTP server on the same
+stack can spend per score, measured exactly as ``service_load.py`` measures the service.
+
+Each replica is a bare ASGI app on uvicorn (httptools, uvloop when installed) that, for every
+``POST /v1/jobs/{job}/scores``, runs one durable PostgreSQL transaction in a worker thread: lock
+the job row, insert the score, write a small JSON state on the job row, commit (two round trips,
+``BEGIN`` and ``COMMIT`` sent with the statements) and answers ``{"decision": "continue"}``. No
+auth, no rate limit, no rule, no validation: what is left is HTTP, the thread hop, the driver and
+the database. The client, the replicas and a throwaway PostgreSQL share the machine, and the
+paced phase is ``service_load.py``'s own (same schedule, same latency, same CPU accounting)::
+
+    .venv/bin/python bench/service_floor.py                  # 2 replicas, 1,000 scores/s, 10 s
+    .venv/bin/python bench/service_floor.py --replicas 1 --rate 600 --json
+
+The gap between these figures and ``service_load.py --db postgresql --phases paced`` at the same
+rate is what evalstop's own request work costs (docs/service.md, "The floor").
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import queue
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from service_load import paced_raw, start_postgres
+
+JOBS = 24
+
+
+def make_app(dsn: str, threads: int) -> Any:
+    """The bare app: a pool of ``threads`` autocommit connections, one transaction per POST."""
+    import psycopg
+
+    pool: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    for _ in range(threads):
+        pool.put(psycopg.connect(dsn, autocommit=True))
+
+    def store(job: str, step: int, value: float) -> None:
+        conn = pool.get()
+        try:
+            with psycopg.ClientCursor(conn) as cur:
+                cur.execute(cur.mogrify("BEGIN; SELECT state FROM jobs WHERE id = %s FOR UPDATE", [job]))
+                cur.nextset()
+                cur.fetchone()
+                state = json.dumps({"last_step": step, "last_value": value})
+                cur.execute(cur.mogrify("WITH new AS (INSERT INTO scores VALUES (%s, %s, %s)) "
+                                        "UPDATE jobs SET state = %s::json WHERE id = %s; COMMIT",
+                                        [job, step, value, state, job]))
+        finally:
+            pool.put(conn)
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        if scope["method"] == "GET":  # the health check while starting
+            out = b"{}"
+        else:
+            job, score = scope["path"].split("/")[3], json.loads(body)
+            await asyncio.to_thread(store, job, int(score["step"]), float(score["value"]))
+            out = json.dumps({"decision": "continue", "accepted": 1}).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(out)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": out})
+
+    return app
+
+
+def serve(dsn: str, port: int, threads: int) -> None:
+    import uvicorn
+
+    uvicorn.run(make_app(dsn, threads), host="127.0.0.1", port=port, log_level="warning", access_log=False)
+
+
+def start_replica(dsn: str, threads: int) -> tuple[subprocess.Popen[bytes], str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, __file__, "--serve", dsn, "--port", str(port),
+                             "--threads", str(threads)])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return proc, f"http://127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("a floor replica did not start within 30 s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--replicas", type=int, default=2)
+    p.add_argument("--rate", type=float, default=1000.0)
+    p.add_argument("--seconds", type=float, default=10.0)
+    p.add_argument("--warm-up", type=float, default=2.0, help="seconds of the same load first, not counted")
+    p.add_argument("--paced-threads", type=int, default=8, help="the client's senders (as service_load.py)")
+    p.add_argument("--threads", type=int, default=4, help="each replica's database threads and connections")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--serve", metavar="DSN", help=argparse.SUPPRESS)
+    p.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.serve:
+        serve(args.serve, args.port, args.threads)
+        return 0
+    url, stop_pg, db_pid = start_postgres()
+    dsn = url.replace("postgresql+psycopg", "postgresql")
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        import psycopg
+
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("CREATE TABLE jobs (id text PRIMARY KEY, state json)")
+            conn.execute("CREATE TABLE scores (job_id text, step bigint, value float8, "
+                         "PRIMARY KEY (job_id, step))")
+            for j in range(2 * JOBS):
+                conn.execute("INSERT INTO jobs VALUES (%s, '{}')", (f"job{j}",))
+        bases = []
+        for _ in range(args.replicas):
+            proc, base = start_replica(dsn, args.threads)
+            procs.append(proc)
+            bases.append(base)
+        jobs = [f"job{j}" for j in range(2 * JOBS)]
+        result: dict[str, Any] = {"replicas": args.replicas, "threads": args.threads,
+                                  "cpus": os.cpu_count(), "load_avg_before": os.getloadavg()}
+        if args.warm_up > 0:  # other jobs, so the measured phase's steps are new
+            result["paced_warm_up"] = paced_raw(bases, "-", jobs[JOBS:], args.rate, args.warm_up,
+                                                args.paced_threads)
+        result["paced"] = paced_raw(bases, "-", jobs[:JOBS], args.rate, args.seconds, args.paced_threads,
+                                    [proc.pid for proc in procs], db_pid)
+        result["load_avg_after"] = os.getloadavg()
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(10)
+        stop_pg()
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        q = result["paced"]
+        print(f"floor, paced {q['target_rate']:.0f}/s single scores ({args.replicas} replica(s), "
+              f"{args.threads} database threads each): achieved {q['achieved_rate']}/s, "
+              f"p50 {q['p50_ms']} ms, p99 {q['p99_ms']} ms, max {q['max_ms']} ms")
+        print(f"  CPU per request: server {q['server_cpu_ms_per_request']} ms (in the kernel "
+              f"{q['server_kernel_ms_per_request']} ms), client {q['client_cpu_ms_per_request']} ms, "
+              f"database {q['database_cpu_ms_per_request']} ms")
+        print(f"load average before/after: {result['load_avg_before']} / {result['load_avg_after']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
