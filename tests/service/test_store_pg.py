@@ -81,7 +81,7 @@ def test_ingest_reads_the_job_columns_it_uses(pg_store: Store) -> None:
     """The lock statement names its columns (each result column costs the driver per request),
     and they are the ones the SQLite read names too."""
     job_id = _job(pg_store)
-    _, lock = pg_store.dialect._lock[True]  # type: ignore[attr-defined]
+    _, lock = pg_store.dialect._lock[True, False]  # type: ignore[attr-defined]
     assert lock.columns == (*INGEST_COLUMNS, "tenant_shadow")
     job = pg_store.write(lambda conn: pg_store.dialect.read_ingest_job(conn, job_id, "t"))
     assert job is not None
@@ -243,3 +243,65 @@ def test_db_threads_sets_the_writer_threads(postgres_url: str) -> None:
         assert store.writers.threads == 2
     finally:
         store.dispose()
+
+
+def test_queued_scores_commit_as_one_group(postgres_url: str) -> None:
+    """Units queued while the writer thread is busy run as ONE transaction, each in a savepoint:
+    a later unit sees an earlier one's score (a changed value for it is a Conflict, rolled back
+    alone), and a job another transaction holds is not waited for inside the group but written
+    alone after it, once the holder lets go."""
+    import asyncio
+    import threading
+
+    store = open_store(postgres_url, db_threads=1)
+    sizes: list[int] = []
+    try:
+        domain.create_tenant(store, "t")
+        a, b = (str(domain.register_job(store, "t", domain.JobSpec(external_ref=ref, target="dryrun"))["id"])
+                for ref in ("a", "b"))
+        group = store.writers._group
+        assert group is not None
+
+        def counted(conn: sa.Connection, units: list) -> list:  # type: ignore[type-arg]
+            sizes.append(len(units))
+            return group(conn, units)
+
+        store.writers._group = counted
+        gate, started = threading.Event(), threading.Event()
+        holder = store.engine.connect()
+        holder.execute(sa.text("SELECT id FROM jobs WHERE id = :b FOR UPDATE"), {"b": b})  # b is held
+
+        def hold(conn: sa.Connection) -> None:
+            started.set()
+            gate.wait(5)
+
+        async def main() -> list[object]:
+            first = asyncio.ensure_future(store.write_async(hold))
+            await asyncio.to_thread(started.wait, 5)
+            sends = [(a, 1, 0.5), (a, 2, 0.6), (a, 1, 0.9), (b, 1, 0.5)]
+            ingest = domain.ingest_scores_async
+            tasks = [asyncio.ensure_future(ingest(store, job, "t", [ScoreIn(step=s, value=v)]))
+                     for job, s, v in sends]
+            for i, task in enumerate(tasks):
+                task.add_done_callback(lambda _, i=i: done.__setitem__(i, time.monotonic()))
+            await asyncio.sleep(0.05)  # all four are queued behind ``hold``
+            gate.set()
+            threading.Timer(0.5, lambda: released.append(time.monotonic()) or holder.close()).start()
+            return list(await asyncio.gather(first, *tasks, return_exceptions=True))
+
+        done: dict[int, float] = {}
+        released: list[float] = []
+        answers = asyncio.run(main())
+        assert sizes == [4]
+        # the group did not wait for b's holder: a's answers came before it let go, b's after
+        assert max(done[0], done[1], done[2]) < released[0] < done[3]
+        assert [getattr(r, "accepted", None) for r in answers[1:3]] == [1, 1]
+        assert isinstance(answers[3], domain.Conflict) and getattr(answers[4], "accepted", None) == 1
+        with store.reading() as conn:
+            rows = conn.execute(sa.text("SELECT job_id, step, value FROM scores ORDER BY job_id, step")).all()
+        assert sorted((j == a, s, v) for j, s, v in rows) == [(False, 1, 0.5), (True, 1, 0.5), (True, 2, 0.6)]
+    finally:
+        store.dispose()
+        cleanup = open_store(postgres_url)
+        metadata.drop_all(cleanup.engine)
+        cleanup.dispose()

@@ -27,6 +27,9 @@ T = TypeVar("T")
 #: event loop (:class:`LoopWaiter`).
 Unit = tuple[Callable[[Connection], Any], "Future[Any] | LoopWaiter"]
 Outcome = tuple["Future[Any] | LoopWaiter", Any, "BaseException | None"]
+#: A write unit, and what came of one: its result, or its exception.
+AnyUnit = Callable[[Connection], Any]
+Answer = tuple[Any, "BaseException | None"]
 #: An asyncio future and what to settle it with (a result, or an error).
 Settled = tuple["asyncio.Future[Any]", Any, "BaseException | None"]
 
@@ -130,24 +133,31 @@ class GroupCommitter:
         _answer(outcomes)
 
 
+class RunAlone(Exception):
+    """A group's outcome for a unit that must run again alone, after the group is answered (its
+    job was held by another transaction: :meth:`~.dialect.Postgres.run_group`)."""
+
+
 class WriterThreads:
-    """Units each in its own transaction, run by ``threads`` threads of their own for tasks on
-    an event loop (PostgreSQL). Each thread keeps one connection open (``connect()``) and runs
-    its units on it (``run(conn, unit)``), replacing it when it is closed, invalidated or
-    ``stale(conn)``. What ``asyncio.to_thread`` and a pool checkout per unit cost, by profile
-    (docs/service.md, issue 21's fifth pass): the executor's future, its wrapping in an asyncio
-    future, one wake-up of the loop per unit, and the pool's checkout and checkin (a tenth of
-    a single score's CPU). Here a unit is queued with its :class:`LoopWaiter`, and the units
-    that finish while the loop has not yet taken the last answers are answered together, in
-    one call into the loop."""
+    """Units run by ``threads`` threads of their own for tasks on an event loop (PostgreSQL).
+    Each thread keeps one connection open (``connect()``) and runs its units on it, replacing it
+    when it is closed, invalidated or ``stale(conn)``. A thread takes every unit queued when it
+    gets to the queue (up to ``max_group``): one alone runs in its own transaction
+    (``run(conn, unit)``), several run in one (``group(conn, units)``, a result or an exception
+    each), so a burst costs fewer commits and messages per unit instead of more. What
+    ``asyncio.to_thread`` and a pool checkout per unit cost, by profile (docs/service.md,
+    "Writer threads"): the executor's future, its wrapping in an asyncio future, one wake-up of
+    the loop per unit, and the pool's checkout and checkin (a tenth of a single score's CPU).
+    Here a unit is queued with its :class:`LoopWaiter`, and the units that finish while the loop
+    has not yet taken the last answers are answered together, in one call into the loop."""
 
     def __init__(
         self, connect: Callable[[], Connection],
-        run: Callable[[Connection, Callable[[Connection], Any]], Any], stale: Callable[[Connection], bool],
-        threads: int = 4,
+        run: Callable[[Connection, AnyUnit], Any], stale: Callable[[Connection], bool], threads: int = 4,
+        group: Callable[[Connection, list[AnyUnit]], list[Answer]] | None = None, max_group: int = 64,
     ) -> None:
-        self._connect, self._runner, self._stale = connect, run, stale
-        self.threads = threads
+        self._connect, self._runner, self._stale, self._group = connect, run, stale, group
+        self.threads, self.max_group = threads, max_group
         self._queue: queue.SimpleQueue[Unit | None] = queue.SimpleQueue()
         self._running: list[threading.Thread] = []
         self._lock = threading.Lock()
@@ -180,28 +190,62 @@ class WriterThreads:
 
     def _run(self) -> None:
         conn: Connection | None = None
+        last = False
         try:
-            while (item := self._queue.get()) is not None:
-                unit, waiter = item
-                assert isinstance(waiter, LoopWaiter)
-                if not _start(waiter):
-                    continue
-                answer: Settled
-                try:
-                    conn = self._fresh(conn)
-                    answer = (waiter.future, self._runner(conn, unit), None)
-                except Exception as exc:
-                    answer = (waiter.future, None, exc)
-                with self._lock:
-                    pending = self._answers.setdefault(waiter.loop, [])
-                    pending.append(answer)
-                    first = len(pending) == 1
-                if first:  # else the call already pending takes this answer too
-                    with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
-                        waiter.loop.call_soon_threadsafe(self._settle, waiter.loop)
+            while not last and (item := self._queue.get()) is not None:
+                batch = [item]
+                while len(batch) < self.max_group:  # what else is queued: one group
+                    try:
+                        more = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if more is None:  # this thread's stop: after this batch
+                        last = True
+                        break
+                    batch.append(more)
+                units = [(unit, waiter) for unit, waiter in batch if _start(waiter)]
+                if units:
+                    conn = self._answer(conn, units)
         finally:
             if conn is not None:
                 conn.close()
+
+    def _answer(self, conn: Connection | None, units: list[Unit]) -> Connection | None:
+        """Run ``units`` (alone, or as one group) and queue their answers for their loops."""
+        outcomes: list[Answer]
+        try:
+            conn = self._fresh(conn)
+            if len(units) > 1 and self._group is not None:
+                outcomes = self._group(conn, [unit for unit, _ in units])
+            else:
+                outcomes = [self._alone(conn, unit) for unit, _ in units]
+        except Exception as exc:  # no connection
+            outcomes = [(None, exc) for _ in units]
+        answered = list(zip(units, outcomes, strict=True))
+        again = [unit for unit, (_, error) in answered if isinstance(error, RunAlone)]
+        self._settle_later([(unit, (result, error)) for unit, (result, error) in answered
+                            if not isinstance(error, RunAlone)])
+        if again and conn is not None:
+            self._settle_later([(unit, self._alone(conn, unit[0])) for unit in again])
+        return conn
+
+    def _alone(self, conn: Connection, unit: AnyUnit) -> Answer:
+        try:
+            return self._runner(conn, unit), None
+        except Exception as exc:
+            return None, exc
+
+    def _settle_later(self, answered: list[tuple[Unit, Answer]]) -> None:
+        """Queue each answer for its loop; one call into a loop takes all its queued answers."""
+        for (_, waiter), (result, error) in answered:
+            assert isinstance(waiter, LoopWaiter)
+            with self._lock:
+                pending = self._answers.setdefault(waiter.loop, [])
+                pending.append((waiter.future, result, error))
+                first = len(pending) == 1
+            if first:  # else the call already pending takes this answer too
+                with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+                    waiter.loop.call_soon_threadsafe(self._settle, waiter.loop)
 
     def _fresh(self, conn: Connection | None) -> Connection:
         """``conn`` if it is still good, else a new connection (the old one discarded)."""

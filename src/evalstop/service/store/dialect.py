@@ -22,11 +22,13 @@ from typing import Any, NamedTuple, TypeVar
 
 import sqlalchemy as sa
 from psycopg import ClientCursor, pq
+from psycopg.errors import LockNotAvailable
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql.asyncpg import dialect as asyncpg_dialect
 from sqlalchemy.engine import Connection
 
 from ..score import ScoreIn
+from .commit import RunAlone
 from .statements import JOB_STATE, ingest_job
 
 T = TypeVar("T")
@@ -50,6 +52,20 @@ class Dialect:
         return its result once committed; rolled back if it raises."""
         with conn.begin():
             return unit(conn)
+
+    def run_group(
+        self, conn: Connection, units: Sequence[Callable[[Connection], Any]]
+    ) -> list[tuple[Any, BaseException | None]]:
+        """Run several queued units on ``conn`` and return each one's result or exception. Here
+        one after the other, each in its own transaction; :meth:`Postgres.run_group` commits
+        them together."""
+        outcomes: list[tuple[Any, BaseException | None]] = []
+        for unit in units:
+            try:
+                outcomes.append((self.run_unit(conn, unit), None))
+            except Exception as exc:
+                outcomes.append((None, exc))
+        return outcomes
 
     def stale(self, conn: Connection) -> bool:
         """Whether ``conn``, kept open between units (:class:`~.commit.WriterThreads`), should be
@@ -156,8 +172,15 @@ class Postgres(Dialect):
                                       f"${n + 1}::json WHERE id = ${n + 2}",
             "evalstop_monitor": "UPDATE jobs SET monitor_state = $1::json WHERE id = $2",
         }
-        self._lock = {scoped: (_execute(name, lock[scoped]), lock[scoped])
-                      for scoped, name in ((False, "evalstop_lock"), (True, "evalstop_lock_scoped"))}
+        for scoped, name in ((False, "evalstop_lock"), (True, "evalstop_lock_scoped")):
+            # in a group (run_group) a job another transaction holds is not waited for
+            nowait = lock[scoped].sql.replace("FOR UPDATE OF jobs", "FOR UPDATE OF jobs NOWAIT")
+            assert nowait.count("NOWAIT") == 1, lock[scoped].sql
+            self.PREPARED[f"{name}_nowait"] = nowait
+        self._lock = {
+            (scoped, nowait): (_execute(name + ("_nowait" if nowait else ""), lock[scoped]), lock[scoped])
+            for scoped, name in ((False, "evalstop_lock"), (True, "evalstop_lock_scoped"))
+            for nowait in (False, True)}
         self._state = (_execute("evalstop_state", state), state)
         self._rows = f"INSERT INTO scores ({columns}) VALUES "
         self._row = "(" + ", ".join("%s" for _ in SCORE_COLUMNS) + ")"
@@ -168,6 +191,45 @@ class Postgres(Dialect):
         ``BEGIN``, the unit's held-back write and ``COMMIT`` sent with the statements around
         them (:class:`_Tx`). A statement the unit sends through SQLAlchemy sends what is owed
         first (:func:`owed_first`, an engine hook). Rolled back if the unit or the commit raises."""
+        with self._transaction(conn):
+            return unit(conn)
+
+    def run_group(
+        self, conn: Connection, units: Sequence[Callable[[Connection], Any]]
+    ) -> list[tuple[Any, BaseException | None]]:
+        """Several queued units in ONE transaction, each in a savepoint (as SQLite's commit group
+        does): a unit that raises is rolled back alone and gets its exception; the others commit
+        together, one ``COMMIT`` and one message for the group's held-back writes, and nobody's
+        result stands unless that commit succeeds. A unit's savepoint, its lock and its state
+        read go in one message with the writes of the unit before it, which its reads then see.
+        Groups form only when units queue up (:class:`~.commit.WriterThreads`), so a burst costs
+        fewer messages and commits per score, not more. A job row another transaction holds is
+        not waited for inside a group (``NOWAIT``: two replicas' groups can never wait for each
+        other); that unit's outcome is :class:`~.commit.RunAlone`, and it runs again alone
+        after the group is answered, where it waits as usual."""
+        outcomes: list[tuple[Any, BaseException | None]] = []
+        try:
+            with self._transaction(conn) as tx:
+                tx.group = True
+                for unit in units:
+                    start = tx.sent + len(tx.owed)  # where this unit's SAVEPOINT is in what is sent
+                    tx.owe("SAVEPOINT evalstop_unit")
+                    try:
+                        outcomes.append((unit(conn), None))
+                        tx.owe("RELEASE evalstop_unit")
+                    except Exception as exc:
+                        if tx.sent > start:  # the savepoint is on the server: undo what followed it
+                            tx.owed = ["ROLLBACK TO evalstop_unit", "RELEASE evalstop_unit"]
+                        else:  # nothing of this unit was sent
+                            del tx.owed[start - tx.sent:]
+                        lock_held = isinstance(getattr(exc, "orig", None), LockNotAvailable)
+                        outcomes.append((None, RunAlone() if lock_held else exc))
+        except Exception as exc:  # the commit failed: none of the group's writes is durable
+            return [(None, exc) for _ in units]
+        return outcomes
+
+    @contextmanager
+    def _transaction(self, conn: Connection) -> Iterator[_Tx]:
         raw = _raw(conn)
         raw.autocommit = True
         tx = _Tx(ClientCursor(raw))
@@ -178,12 +240,11 @@ class Postgres(Dialect):
                     for name, sql in self.PREPARED.items():
                         raw.execute(f"PREPARE {name} AS {sql}")
                 self._prepared.add(raw)
-            result = unit(conn)
+            yield tx
             if tx.begun or len(tx.owed) > 1:
                 with _wrapped(conn):
                     tx.send("COMMIT")
                 tx.begun = False
-            return result
         finally:
             del conn.info[_TX]
             tx.cur.close()
@@ -203,7 +264,7 @@ class Postgres(Dialect):
         tx = conn.info.get(_TX)
         assert tx is not None, "PostgreSQL ingest runs in Store.write"
         given = {"job_id": job_id, "tenant": tenant}
-        (lock_sql, lock), (state_sql, state) = self._lock[tenant is not None], self._state
+        (lock_sql, lock), (state_sql, state) = self._lock[tenant is not None, tx.group], self._state
         mogrify = tx.render
         with _wrapped(conn):
             cur = tx.send(mogrify(lock_sql, [given.get(p, lock.defaults.get(p)) for p in lock.params]),
@@ -268,13 +329,15 @@ class _Tx:
     with its values, to be sent together with the next statement as ONE simple-protocol
     message on the unit's ``ClientCursor``."""
 
-    __slots__ = ("begun", "cur", "escape", "owed")
+    __slots__ = ("begun", "cur", "escape", "group", "owed", "sent")
 
     def __init__(self, cur: Any) -> None:
         self.cur = cur
         self.escape = pq.Escaping(cur.connection.pgconn).escape_literal
         self.begun = False
         self.owed = ["BEGIN"]
+        self.sent = 0  # statements of ``owed`` sent so far
+        self.group = False  # the transaction runs several units (Postgres.run_group)
 
     def render(self, sql: str, values: Sequence[Any]) -> str:
         """``sql`` with each ``%s`` replaced by the SQL literal of its value: text quoted by
@@ -292,6 +355,7 @@ class _Tx:
         """Send what is owed, then ``sql``, in one message; return the cursor at the first
         result of ``sql``."""
         owed, self.owed = self.owed, []
+        self.sent += len(owed)
         self.begun = True  # from here a ROLLBACK is due if anything fails (harmless if not begun)
         self.cur.execute("; ".join([*owed, *sql]))
         for _ in owed:

@@ -61,7 +61,8 @@ class Store:
         use_group = group_commit and dialect.group_commit
         self.committer = GroupCommitter(self._group_transaction) if use_group else None
         # started on first use
-        self.writers = WriterThreads(self._connect_writer, dialect.run_unit, dialect.stale, db_threads)
+        self.writers = WriterThreads(self._connect_writer, dialect.run_unit, dialect.stale, db_threads,
+                                     group=dialect.run_group)
 
     @property
     def shared(self) -> bool:
