@@ -4,12 +4,14 @@ they use."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator
 
 import psycopg
 import pytest
 import sqlalchemy as sa
+from pydantic import ValidationError
 
 from evalstop.service import domain
 from evalstop.service.score import ScoreIn
@@ -141,8 +143,12 @@ def test_a_single_score_is_two_messages_to_the_server(
     domain.ingest_scores(pg_store, job_id, "t", [ScoreIn(step=1, value=0.5)])  # statements prepared
     counts = _count_executes(monkeypatch)
     for step in range(2, 7):
-        domain.ingest_scores(pg_store, job_id, "t", [ScoreIn(step=step, value=0.5)])
+        domain.ingest_scores(pg_store, job_id, "t", [ScoreIn(step=step, value=0.5 + step / 100)])
     assert counts == {"client": 10, "other": 0}
+    with pg_store.reading() as conn:  # the writes that went with COMMIT are stored
+        rows = conn.execute(sa.text("SELECT step, value FROM scores WHERE job_id = :j ORDER BY step"),
+                            {"j": job_id}).all()
+    assert [tuple(r) for r in rows] == [(1, 0.5)] + [(s, 0.5 + s / 100) for s in range(2, 7)]
 
 
 def test_a_rolled_back_ingest_keeps_the_prepared_statements(pg_store: Store) -> None:
@@ -204,6 +210,45 @@ def test_a_rendered_value_reads_back_as_itself(pg_store: Store, value: object) -
         assert isinstance(got, float) and got != got
     else:
         assert got == value and type(got) is type(value)
+    if isinstance(value, float):
+        assert math.copysign(1, got) == math.copysign(1, value)  # -0.0 keeps its sign
+
+
+def test_text_with_a_nul_is_refused_not_cut(pg_store: Store) -> None:
+    """libpq's quoting would end the text at a NUL, so a job id like ``<id>%00x`` would name the
+    job ``<id>``: the store refuses such text, and a score refuses it in its own fields."""
+    from evalstop.service.store.dialect import _Tx
+
+    job_id = _job(pg_store)
+    with pytest.raises(domain.InvalidInput, match="NUL"):
+        domain.ingest_scores(pg_store, job_id + "\x00x", "t", [ScoreIn(step=1, value=0.5)])
+    with pytest.raises(ValidationError, match="NUL"):
+        ScoreIn(step=1, value=0.5, checkpoint_uri="s3://a\x00evil")
+
+    def render(conn: sa.Connection) -> str:
+        with psycopg.ClientCursor(conn.connection.driver_connection) as cur:
+            return _Tx(cur).render("SELECT %s", ["a\x00b"])
+
+    with pytest.raises(domain.InvalidInput):
+        pg_store.write(render)
+    assert domain.ingest_scores(pg_store, job_id, "t", [ScoreIn(step=1, value=0.5)]).accepted == 1
+
+
+def test_a_connection_whose_prepare_failed_is_replaced(pg_store: Store, postgres_url: str) -> None:
+    """If preparing the ingest's statements fails half-way (here a lock timeout while another
+    session holds the scores table), the connection is dropped, not kept with half of them:
+    the next ingest prepares them afresh on a new one."""
+    job_id = _job(pg_store)
+    impatient = open_store(postgres_url + "?options=-c%20lock_timeout%3D300", migrate=False)
+    try:
+        with pg_store.engine.connect() as holder:
+            holder.execute(sa.text("LOCK TABLE scores IN ACCESS EXCLUSIVE MODE"))
+            with pytest.raises(sa.exc.OperationalError):
+                domain.ingest_scores(impatient, job_id, "t", [ScoreIn(step=1, value=0.5)])
+            holder.rollback()
+        assert domain.ingest_scores(impatient, job_id, "t", [ScoreIn(step=1, value=0.5)]).accepted == 1
+    finally:
+        impatient.dispose()
 
 
 def test_writer_threads_replace_a_connection_the_server_closed(pg_store: Store) -> None:
@@ -305,3 +350,28 @@ def test_queued_scores_commit_as_one_group(postgres_url: str) -> None:
         cleanup = open_store(postgres_url)
         metadata.drop_all(cleanup.engine)
         cleanup.dispose()
+
+
+def test_a_group_whose_carried_write_fails_fails_whole(pg_store: Store) -> None:
+    """In a group, a unit's writes go with the next unit's first message. When the server
+    refuses that message, which statement it refused is not known, so no unit of the group
+    stands (the earlier unit's score would otherwise be answered but rolled back)."""
+    first, second = _job(pg_store), str(domain.register_job(
+        pg_store, "t", domain.JobSpec(external_ref="e2", target="dryrun"))["id"])
+    row = (first, 1, 0.5, None, None, "score", None, None, None, 0, time.time())
+
+    def bad_write(conn: sa.Connection) -> str:
+        pg_store.dialect.read_ingest_job(conn, first, "t")
+        pg_store.dialect.write_scores(conn, [row], first, "{not json")  # refused only when sent
+        return "answered"
+
+    def good(conn: sa.Connection) -> str:
+        pg_store.dialect.read_ingest_job(conn, second, "t")
+        return "answered"
+
+    with pg_store.engine.connect() as conn:
+        outcomes = pg_store.dialect.run_group(conn, [bad_write, good])
+    assert [result for result, _ in outcomes] == [None, None]
+    assert all(isinstance(error, sa.exc.DataError) for _, error in outcomes)
+    with pg_store.reading() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM scores")).scalar_one() == 0

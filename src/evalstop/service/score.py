@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
 from ..detectors import Eval
 
@@ -39,6 +39,13 @@ class ScoreIn(BaseModel):
     attempt: Annotated[StrictInt, Field(ge=0, le=1_000_000)] | None = Field(
         default=None, description="The job's attempt (rewinds before it) this eval belongs to; "
         "None: the current one (docs/rewind.md).")
+
+    @field_validator("checkpoint_uri", "metric")
+    @classmethod
+    def _no_nul(cls, text: str | None) -> str | None:
+        if text is not None and "\x00" in text:
+            raise ValueError("must not contain a NUL character (databases cannot store one in text)")
+        return text
 
     def to_eval(self) -> Eval:
         """The eval a detector observes."""

@@ -27,6 +27,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql.asyncpg import dialect as asyncpg_dialect
 from sqlalchemy.engine import Connection
 
+from ..errors import InvalidInput
 from ..score import ScoreIn
 from .commit import RunAlone
 from .statements import JOB_STATE, ingest_job
@@ -212,17 +213,23 @@ class Postgres(Dialect):
             with self._transaction(conn) as tx:
                 tx.group = True
                 for unit in units:
-                    start = tx.sent + len(tx.owed)  # where this unit's SAVEPOINT is in what is sent
+                    carried = len(tx.owed)  # the units before this one's writes, sent with its first message
+                    start = tx.sent + carried  # where this unit's SAVEPOINT is in what is sent
                     tx.owe("SAVEPOINT evalstop_unit")
                     try:
                         outcomes.append((unit(conn), None))
                         tx.owe("RELEASE evalstop_unit")
                     except Exception as exc:
+                        lock_held = isinstance(getattr(exc, "orig", None), LockNotAvailable)
+                        if carried and not lock_held and isinstance(exc, sa.exc.DBAPIError):
+                            # the server refused a message that also carried earlier units'
+                            # writes, and which statement it refused is not known: the whole
+                            # group fails (nobody has been answered)
+                            raise
                         if tx.sent > start:  # the savepoint is on the server: undo what followed it
                             tx.owed = ["ROLLBACK TO evalstop_unit", "RELEASE evalstop_unit"]
                         else:  # nothing of this unit was sent
                             del tx.owed[start - tx.sent:]
-                        lock_held = isinstance(getattr(exc, "orig", None), LockNotAvailable)
                         outcomes.append((None, RunAlone() if lock_held else exc))
         except Exception as exc:  # the commit failed: none of the group's writes is durable
             return [(None, exc) for _ in units]
@@ -233,12 +240,17 @@ class Postgres(Dialect):
         raw = _raw(conn)
         raw.autocommit = True
         tx = _Tx(ClientCursor(raw))
-        conn.info[_TX] = tx
+        info = conn.info  # not readable any more once SQLAlchemy has invalidated the connection
+        info[_TX] = tx
         try:
             if raw not in self._prepared:  # once per connection (a session's prepared statements)
-                with _wrapped(conn), raw.pipeline():
-                    for name, sql in self.PREPARED.items():
-                        raw.execute(f"PREPARE {name} AS {sql}")
+                try:
+                    with _wrapped(conn), raw.pipeline():
+                        for name, sql in self.PREPARED.items():
+                            raw.execute(f"PREPARE {name} AS {sql}")
+                except Exception:  # some may exist now: this session can never prepare them again
+                    conn.invalidate()
+                    raise
                 self._prepared.add(raw)
             yield tx
             if tx.begun or len(tx.owed) > 1:
@@ -246,7 +258,7 @@ class Postgres(Dialect):
                     tx.send("COMMIT")
                 tx.begun = False
         finally:
-            del conn.info[_TX]
+            info.pop(_TX, None)
             tx.cur.close()
             if tx.begun and not raw.closed:
                 with suppress(Exception):  # a broken connection: the pool discards it
@@ -258,7 +270,7 @@ class Postgres(Dialect):
         """The server closed it (a restart, ``pg_terminate_backend``, an idle timeout): its
         goodbye made the idle socket readable, or the driver knows it is closed."""
         raw = _raw(conn)
-        return bool(raw.closed or select.select([raw.fileno()], [], [], 0)[0])
+        return bool(raw.closed or readable(raw.fileno()))
 
     def read_ingest_job(self, conn: Connection, job_id: str, tenant: str | None) -> dict[str, Any] | None:
         tx = conn.info.get(_TX)
@@ -375,10 +387,19 @@ def _literal(value: Any, escape: Callable[[bytes], bytes]) -> str:
         return str(value)
     if isinstance(value, float):
         text = repr(value)
-        return _FLOAT_WORDS.get(text, text)
+        return _FLOAT_WORDS.get(text, text) if value or text[0] != "-" else "'-0'::float8"  # keeps its sign
     if isinstance(value, str):
+        if "\x00" in value:  # libpq's quoting would end the text there
+            raise InvalidInput(f"text must not contain a NUL character. Got {value[:80]!r}.")
         return escape(value.encode()).decode()
     raise TypeError(f"no SQL literal for a {type(value).__name__}: {value!r}")
+
+
+def readable(fd: int) -> bool:
+    """Whether ``fd`` has something to read now (``poll``: any descriptor number, unlike select)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 def owed_first(conn: Connection) -> None:

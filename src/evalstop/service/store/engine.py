@@ -10,7 +10,6 @@ serialise on ``SELECT ... FOR UPDATE`` of the job row.
 
 from __future__ import annotations
 
-import select
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -24,7 +23,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from .commit import GroupCommitter, WriterThreads
-from .dialect import Dialect, Postgres, Sqlite, owed_first
+from .dialect import Dialect, Postgres, Sqlite, owed_first, readable
 from .migrate import upgrade
 
 T = TypeVar("T")
@@ -149,8 +148,10 @@ def open_store(
         # psycopg's own statement preparing is off: on any rollback it sends DEALLOCATE ALL,
         # which would drop the ingest's statements too, prepared once per connection
         # (dialect.Postgres.PREPARED)
-        engine = sa.create_engine(url, pool_size=10, max_overflow=20, pool_use_lifo=True,
-                                  connect_args={"prepare_threshold": None})
+        # client_encoding: the ingest's literals are UTF-8 text (dialect._literal); pool_size:
+        # each writer thread keeps a connection (WriterThreads), and reads need their own
+        engine = sa.create_engine(url, pool_size=10 + db_threads, max_overflow=20, pool_use_lifo=True,
+                                  connect_args={"prepare_threshold": None, "client_encoding": "utf8"})
         _check_on_checkout(engine)
         _send_owed_first(engine)
         dialect = Postgres()
@@ -182,7 +183,7 @@ def _check_on_checkout(engine: Engine) -> None:
     def _alive(dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
         if dbapi_conn.closed:  # a broken connection is closed too
             raise sa.exc.DisconnectionError("the database connection is closed")
-        if not select.select([dbapi_conn.fileno()], [], [], 0)[0]:
+        if not readable(dbapi_conn.fileno()):
             return  # nothing from the server while idle: the connection is open
         try:
             engine.dialect.do_ping(dbapi_conn)
