@@ -13,7 +13,7 @@ paced phase is ``service_load.py``'s own (same schedule, same latency, same CPU 
     .venv/bin/python bench/service_floor.py --replicas 1 --rate 600 --json
 
 The gap between these figures and ``service_load.py --db postgresql --phases paced`` at the same
-rate is what evalstop's own request work costs (docs/service.md, "The floor").
+rate is what evalstop's own request work costs (docs/service.md, "Fifth pass").
 """
 
 from __future__ import annotations

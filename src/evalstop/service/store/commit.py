@@ -146,7 +146,7 @@ class WriterThreads:
     (``run(conn, unit)``), several run in one (``group(conn, units)``, a result or an exception
     each), so a burst costs fewer commits and messages per unit instead of more. What
     ``asyncio.to_thread`` and a pool checkout per unit cost, by profile (docs/service.md,
-    "Writer threads"): the executor's future, its wrapping in an asyncio future, one wake-up of
+    "Fifth pass"): the executor's future, its wrapping in an asyncio future, one wake-up of
     the loop per unit, and the pool's checkout and checkin (a tenth of a single score's CPU).
     Here a unit is queued with its :class:`LoopWaiter`, and the units that finish while the loop
     has not yet taken the last answers are answered together, in one call into the loop."""
