@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from evalstop.service.store import open_store, tenants
+from evalstop.service.store import Store, open_store, tenants
 from evalstop.service.store.commit import GroupCommitter
 
 
@@ -99,55 +99,11 @@ def test_a_database_that_stays_locked_fails_the_begin_as_sqlalchemy_would(tmp_pa
     store.dispose()
 
 
-def test_units_awaited_on_an_event_loop_are_answered_in_one_call_per_group(tmp_path: Path) -> None:
-    """``Store.write_async`` on SQLite: each awaiting task gets its own result or exception, a
-    unit whose task gave up before its group started never runs, and the committer calls into
-    the loop once for the whole group."""
-    store = open_store(f"sqlite:///{tmp_path / 'a.db'}")
-    committer = store.committer
-    assert committer is not None
-    gate, started = threading.Event(), threading.Event()
-    ran: list[int] = []
-
-    async def main() -> tuple[list[object], int]:
-        loop = asyncio.get_running_loop()
-        calls = 0
-        real = loop.call_soon_threadsafe
-
-        def counting(*args: Any, **kwargs: Any) -> Any:
-            nonlocal calls
-            calls += 1
-            return real(*args, **kwargs)
-
-        loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
-        first = asyncio.ensure_future(store.write_async(_unit(0, gate, started, ran)))
-        await asyncio.to_thread(started.wait, 5)
-        calls = 0  # the to_thread above called into the loop too
-        rest = [asyncio.ensure_future(store.write_async(_unit(i, gate, started, ran))) for i in range(1, 6)]
-        await asyncio.sleep(0)  # every unit is queued
-        rest[4].cancel()  # unit 5: its task gives up before its group starts
-        gate.set()
-        answers = await asyncio.gather(first, *rest, return_exceptions=True)
-        return list(answers), calls
-
-    answers, calls = asyncio.run(main())
-    assert answers[:3] == [0, 1, 2] and answers[4] == 4
-    assert isinstance(answers[3], ValueError) and isinstance(answers[5], asyncio.CancelledError)
-    # two groups (unit 0, then units 1-4 queued behind it): two calls into the loop for 5 units
-    assert sorted(ran) == [0, 1, 2, 3, 4] and calls == 2
-    with store.engine.connect() as conn:
-        names = set(conn.execute(sa.select(tenants.c.name)).scalars())
-    assert names == {"t0", "t1", "t2", "t4"}
-    store.dispose()
-
-
-def test_writer_threads_answer_units_that_finish_together_in_one_call(tmp_path: Path) -> None:
-    """``Store.write_async`` without group commit (the PostgreSQL path; SQLite here, one writer
-    thread): each task gets its own result or exception, each unit in its own transaction (unit
-    3's refusal rolls back only unit 3), a unit whose task gave up before the thread took it
-    never runs, and the units that finish while the loop is busy are answered in one call."""
-    store = open_store(f"sqlite:///{tmp_path / 'w.db'}", group_commit=False, db_threads=1)
-    assert store.committer is None
+def _answered_on_a_loop(store: Store, busy_s: float) -> tuple[list[object], int, list[int]]:
+    """Units 0-5 awaited on an event loop: unit 0 holds its transaction until units 1-5 are
+    queued, unit 5's task gives up before its unit starts, and the loop is then kept busy for
+    ``busy_s``. Returns every task's answer, how many calls were made into the loop after unit
+    0 started, and the units that ran."""
     gate, started = threading.Event(), threading.Event()
     ran: list[int] = []
 
@@ -167,17 +123,45 @@ def test_writer_threads_answer_units_that_finish_together_in_one_call(tmp_path: 
         calls = 0  # the to_thread above called into the loop too
         rest = [asyncio.ensure_future(store.write_async(_unit(i, gate, started, ran))) for i in range(1, 6)]
         await asyncio.sleep(0)  # every unit is queued behind unit 0
-        rest[4].cancel()  # unit 5: its task gives up before the thread takes its unit
+        rest[4].cancel()  # unit 5: its task gives up before its unit starts
         gate.set()
-        time.sleep(1.0)  # the loop is busy while the thread finishes units 0-4
+        time.sleep(busy_s)  # the loop is busy meanwhile
         answers = await asyncio.gather(first, *rest, return_exceptions=True)
         return list(answers), calls
 
     answers, calls = asyncio.run(main())
+    return answers, calls, ran
+
+
+def _check_answers(store: Store, answers: list[object], ran: list[int]) -> None:
+    """Each task got its own result or exception; unit 3's refusal rolled back unit 3 alone."""
     assert answers[:3] == [0, 1, 2] and answers[4] == 4
     assert isinstance(answers[3], ValueError) and isinstance(answers[5], asyncio.CancelledError)
-    assert sorted(ran) == [0, 1, 2, 3, 4] and calls == 1
+    assert sorted(ran) == [0, 1, 2, 3, 4]
     with store.engine.connect() as conn:
         names = set(conn.execute(sa.select(tenants.c.name)).scalars())
     assert names == {"t0", "t1", "t2", "t4"}
+
+
+def test_units_awaited_on_an_event_loop_are_answered_in_one_call_per_group(tmp_path: Path) -> None:
+    """``Store.write_async`` on SQLite: a unit whose task gave up before its group started never
+    runs, and the committer calls into the loop once per group: two groups (unit 0, then units
+    1-4 queued behind it), two calls for five units."""
+    store = open_store(f"sqlite:///{tmp_path / 'a.db'}")
+    assert store.committer is not None
+    answers, calls, ran = _answered_on_a_loop(store, 0.0)
+    _check_answers(store, answers, ran)
+    assert calls == 2
+    store.dispose()
+
+
+def test_writer_threads_answer_units_that_finish_together_in_one_call(tmp_path: Path) -> None:
+    """``Store.write_async`` without group commit (the PostgreSQL path; SQLite here, one writer
+    thread): each unit in its own transaction, and the units that finish while the loop is busy
+    are answered in one call into it."""
+    store = open_store(f"sqlite:///{tmp_path / 'w.db'}", group_commit=False, db_threads=1)
+    assert store.committer is None
+    answers, calls, ran = _answered_on_a_loop(store, 1.0)
+    _check_answers(store, answers, ran)
+    assert calls == 1
     store.dispose()

@@ -26,9 +26,13 @@ def pg_store(postgres_url: str) -> Iterator[Store]:
         yield store
     finally:
         store.dispose()
-        cleanup = open_store(postgres_url)
-        metadata.drop_all(cleanup.engine)
-        cleanup.dispose()
+        _drop_tables(postgres_url)
+
+
+def _drop_tables(postgres_url: str) -> None:
+    cleanup = open_store(postgres_url)
+    metadata.drop_all(cleanup.engine)
+    cleanup.dispose()
 
 
 def _job(store: Store) -> str:
@@ -347,9 +351,7 @@ def test_queued_scores_commit_as_one_group(postgres_url: str) -> None:
         assert sorted((j == a, s, v) for j, s, v in rows) == [(False, 1, 0.5), (True, 1, 0.5), (True, 2, 0.6)]
     finally:
         store.dispose()
-        cleanup = open_store(postgres_url)
-        metadata.drop_all(cleanup.engine)
-        cleanup.dispose()
+        _drop_tables(postgres_url)
 
 
 def test_a_group_whose_carried_write_fails_fails_whole(pg_store: Store) -> None:
