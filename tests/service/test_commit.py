@@ -165,3 +165,24 @@ def test_writer_threads_answer_units_that_finish_together_in_one_call(tmp_path: 
     _check_answers(store, answers, ran)
     assert calls == 1
     store.dispose()
+
+
+def test_a_writer_thread_answers_a_unit_whatever_it_raises(tmp_path: Path) -> None:
+    """A unit raising something a future refuses (StopIteration) or something that is not an
+    ``Exception`` still gets an answer, and the writer thread goes on to the next unit."""
+    store = open_store(f"sqlite:///{tmp_path / 'x.db'}", group_commit=False, db_threads=1)
+
+    def stops(conn: Connection) -> None:
+        raise StopIteration
+
+    def exits(conn: Connection) -> None:
+        raise SystemExit(3)
+
+    async def main() -> list[object]:
+        tasks = [store.write_async(stops), store.write_async(exits), store.write_async(lambda conn: "next")]
+        return list(await asyncio.gather(*tasks, return_exceptions=True))
+
+    answers = asyncio.run(asyncio.wait_for(main(), 10))
+    assert isinstance(answers[0], RuntimeError) and "StopIteration" in str(answers[0])
+    assert isinstance(answers[1], RuntimeError) and "SystemExit" in str(answers[1]) and answers[2] == "next"
+    store.dispose()

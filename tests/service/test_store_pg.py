@@ -377,3 +377,16 @@ def test_a_group_whose_carried_write_fails_fails_whole(pg_store: Store) -> None:
     assert all(isinstance(error, sa.exc.DataError) for _, error in outcomes)
     with pg_store.reading() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM scores")).scalar_one() == 0
+
+
+def test_a_connection_whose_prepared_statements_went_stale_is_replaced(pg_store: Store) -> None:
+    """A migration that changes a column the prepared lock returns makes its cached plan fail
+    ("cached plan must not change result type"): that ingest fails (the service answers 503),
+    and the next one runs on a new connection that prepares the statements afresh."""
+    job_id = _job(pg_store)
+    domain.ingest_scores(pg_store, job_id, "t", [ScoreIn(step=1, value=0.5)])  # prepared, kept in the pool
+    with pg_store.engine.begin() as conn:
+        conn.execute(sa.text("ALTER TABLE jobs ALTER COLUMN metric TYPE varchar(300)"))
+    with pytest.raises(sa.exc.DBAPIError, match="cached plan"):
+        domain.ingest_scores(pg_store, job_id, "t", [ScoreIn(step=2, value=0.5)])
+    assert domain.ingest_scores(pg_store, job_id, "t", [ScoreIn(step=2, value=0.5)]).accepted == 1

@@ -219,7 +219,7 @@ class WriterThreads:
                 outcomes = self._group(conn, [unit for unit, _ in units])
             else:
                 outcomes = [self._alone(conn, unit) for unit, _ in units]
-        except Exception as exc:  # no connection
+        except BaseException as exc:  # no connection, or the group itself failed
             outcomes = [(None, exc) for _ in units]
         answered = list(zip(units, outcomes, strict=True))
         again = [unit for unit, (_, error) in answered if isinstance(error, RunAlone)]
@@ -232,7 +232,7 @@ class WriterThreads:
     def _alone(self, conn: Connection, unit: AnyUnit) -> Answer:
         try:
             return self._runner(conn, unit), None
-        except Exception as exc:
+        except BaseException as exc:  # any: a thread that died here would leave its waiters hanging
             return None, exc
 
     def _settle_later(self, answered: list[tuple[Unit, Answer]]) -> None:
@@ -292,6 +292,10 @@ def _resolve(future: Future[Any] | asyncio.Future[Any], result: Any, error: Base
     """Set the outcome, unless the future is done already (cancelled by its task meanwhile)."""
     if future.done():
         return
+    if isinstance(error, StopIteration) or (error is not None and not isinstance(error, Exception)):
+        # a future refuses StopIteration, and a SystemExit or KeyboardInterrupt from a worker
+        # thread would stop the awaiting task's whole event loop: the caller gets an error
+        error = RuntimeError(f"a write unit raised {error!r}")
     if error is not None:
         future.set_exception(error)
     else:

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import sqlalchemy as sa
 from psycopg import ClientCursor, pq
-from psycopg.errors import LockNotAvailable
+from psycopg.errors import FeatureNotSupported, InvalidSqlStatementName, LockNotAvailable
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql.asyncpg import dialect as asyncpg_dialect
 from sqlalchemy.engine import Connection
@@ -64,7 +64,7 @@ class Dialect:
         for unit in units:
             try:
                 outcomes.append((self.run_unit(conn, unit), None))
-            except Exception as exc:
+            except BaseException as exc:  # each unit its own answer, whatever it raised
                 outcomes.append((None, exc))
         return outcomes
 
@@ -257,6 +257,13 @@ class Postgres(Dialect):
                 with _wrapped(conn):
                     tx.send("COMMIT")
                 tx.begun = False
+        except sa.exc.DBAPIError as exc:
+            if isinstance(exc.orig, InvalidSqlStatementName | FeatureNotSupported):
+                # the session lost its prepared statements (a pooler in transaction mode), or a
+                # migration changed a column they return ("cached plan must not change result
+                # type"): this unit fails (503); a new connection prepares them afresh
+                conn.invalidate()
+            raise
         finally:
             info.pop(_TX, None)
             tx.cur.close()
