@@ -34,27 +34,49 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from service_load import paced_raw, start_postgres
 
 JOBS = 24
+#: The floor's transaction: lock the job row and read its state, then insert and write the state
+LOCK = "BEGIN; SELECT state FROM jobs WHERE id = %s FOR UPDATE"
+WRITE = ("WITH new AS (INSERT INTO scores VALUES (%s, %s, %s)) UPDATE jobs SET state = %s::json "
+         "WHERE id = %s; COMMIT")
 
 
-def make_app(dsn: str, threads: int) -> Any:
-    """The bare app: a pool of ``threads`` autocommit connections, one transaction per POST."""
+def make_app(dsn: str, threads: int, on_loop: bool = False) -> Any:
+    """The bare app: a pool of ``threads`` autocommit connections, one transaction per POST (with
+    ``on_loop``, asyncio connections used on the event loop: no thread hop)."""
     import psycopg
 
     pool: queue.SimpleQueue[Any] = queue.SimpleQueue()
-    for _ in range(threads):
-        pool.put(psycopg.connect(dsn, autocommit=True))
+    apool: asyncio.Queue[Any] = asyncio.Queue()
+    if not on_loop:
+        for _ in range(threads):
+            pool.put(psycopg.connect(dsn, autocommit=True))
+
+    async def store_on_loop(job: str, step: int, value: float) -> None:
+        if apool.empty() and opened[0] < threads:
+            opened[0] += 1
+            await apool.put(await psycopg.AsyncConnection.connect(dsn, autocommit=True))
+        conn = await apool.get()
+        try:
+            async with psycopg.AsyncClientCursor(conn) as cur:
+                await cur.execute(cur.mogrify(LOCK, [job]))
+                cur.nextset()
+                await cur.fetchone()
+                state = json.dumps({"last_step": step, "last_value": value})
+                await cur.execute(cur.mogrify(WRITE, [job, step, value, state, job]))
+        finally:
+            apool.put_nowait(conn)
+
+    opened = [0]
 
     def store(job: str, step: int, value: float) -> None:
         conn = pool.get()
         try:
             with psycopg.ClientCursor(conn) as cur:
-                cur.execute(cur.mogrify("BEGIN; SELECT state FROM jobs WHERE id = %s FOR UPDATE", [job]))
+                cur.execute(cur.mogrify(LOCK, [job]))
                 cur.nextset()
                 cur.fetchone()
                 state = json.dumps({"last_step": step, "last_value": value})
-                cur.execute(cur.mogrify("WITH new AS (INSERT INTO scores VALUES (%s, %s, %s)) "
-                                        "UPDATE jobs SET state = %s::json WHERE id = %s; COMMIT",
-                                        [job, step, value, state, job]))
+                cur.execute(cur.mogrify(WRITE, [job, step, value, state, job]))
         finally:
             pool.put(conn)
 
@@ -71,7 +93,10 @@ def make_app(dsn: str, threads: int) -> Any:
             out = b"{}"
         else:
             job, score = scope["path"].split("/")[3], json.loads(body)
-            await asyncio.to_thread(store, job, int(score["step"]), float(score["value"]))
+            if on_loop:
+                await store_on_loop(job, int(score["step"]), float(score["value"]))
+            else:
+                await asyncio.to_thread(store, job, int(score["step"]), float(score["value"]))
             out = json.dumps({"decision": "continue", "accepted": 1}).encode()
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(out)).encode())]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
@@ -80,18 +105,19 @@ def make_app(dsn: str, threads: int) -> Any:
     return app
 
 
-def serve(dsn: str, port: int, threads: int) -> None:
+def serve(dsn: str, port: int, threads: int, on_loop: bool) -> None:
     import uvicorn
 
-    uvicorn.run(make_app(dsn, threads), host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    uvicorn.run(make_app(dsn, threads, on_loop), host="127.0.0.1", port=port, log_level="warning",
+                access_log=False)
 
 
-def start_replica(dsn: str, threads: int) -> tuple[subprocess.Popen[bytes], str]:
+def start_replica(dsn: str, threads: int, on_loop: bool) -> tuple[subprocess.Popen[bytes], str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen([sys.executable, __file__, "--serve", dsn, "--port", str(port),
-                             "--threads", str(threads)])
+                             "--threads", str(threads), *(["--on-loop"] if on_loop else [])])
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
@@ -111,12 +137,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warm-up", type=float, default=2.0, help="seconds of the same load first, not counted")
     p.add_argument("--paced-threads", type=int, default=8, help="the client's senders (as service_load.py)")
     p.add_argument("--threads", type=int, default=4, help="each replica's database threads and connections")
+    p.add_argument("--on-loop", action="store_true",
+                   help="the driver's asyncio connections on the event loop instead of worker threads")
     p.add_argument("--json", action="store_true")
     p.add_argument("--serve", metavar="DSN", help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.serve:
-        serve(args.serve, args.port, args.threads)
+        serve(args.serve, args.port, args.threads, args.on_loop)
         return 0
     url, stop_pg, db_pid = start_postgres()
     dsn = url.replace("postgresql+psycopg", "postgresql")
@@ -132,11 +160,11 @@ def main(argv: list[str] | None = None) -> int:
                 conn.execute("INSERT INTO jobs VALUES (%s, '{}')", (f"job{j}",))
         bases = []
         for _ in range(args.replicas):
-            proc, base = start_replica(dsn, args.threads)
+            proc, base = start_replica(dsn, args.threads, args.on_loop)
             procs.append(proc)
             bases.append(base)
         jobs = [f"job{j}" for j in range(2 * JOBS)]
-        result: dict[str, Any] = {"replicas": args.replicas, "threads": args.threads,
+        result: dict[str, Any] = {"replicas": args.replicas, "threads": args.threads, "on_loop": args.on_loop,
                                   "cpus": os.cpu_count(), "load_avg_before": os.getloadavg()}
         if args.warm_up > 0:  # other jobs, so the measured phase's steps are new
             result["paced_warm_up"] = paced_raw(bases, "-", jobs[JOBS:], args.rate, args.warm_up,

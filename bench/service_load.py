@@ -11,8 +11,9 @@ takes about half the CPU per request of ``--client http.client`` on the same cor
 2. **decision latency at a fixed rate**: single-score requests on an open-loop schedule of
    ``--rate`` per second for ``--seconds``; latency is measured from the *scheduled* send time
    to the reply (so a stalled server cannot hide queueing), p50/p99/max, plus the achieved rate.
-   It follows ``--warm-up`` seconds (default 2) of the same load on other jobs, reported apart
-   and not counted: the steady state, not the servers' first second (``--warm-up 0`` for that).
+   It follows ``--warm-up`` seconds (default 2) of the same load on other jobs of the same
+   tenant, reported apart and not counted: the steady state, not the servers' (and a new
+   tenant's) first second (``--warm-up 0`` for that). ``--json`` adds each second's p99.
 
 3. **history**: single-score requests, one at a time, alternating between jobs (default rule)
    that already hold ``--short-history`` evals and jobs that hold ``--long-history`` evals;
@@ -166,22 +167,24 @@ def _user_exists(pwd: Any, name: str) -> bool:
 
 
 def make_jobs(
-    base: str, admin: str, n: int, detector: str | None = "evalstop:k=3", quota: dict[str, Any] | None = None
+    base: str, admin: str, n: int, detector: str | None = "evalstop:k=3", quota: dict[str, Any] | None = None,
+    token: str | None = None,
 ) -> tuple[str, list[str]]:
     """A new tenant (with ``quota``, if given) and ``n`` jobs of it running ``detector`` (None:
-    the service's default)."""
-    c = Conn(base, admin)
+    the service's default); with ``token``, ``n`` new jobs of that tenant instead."""
     name = f"bench-{os.getpid()}-{time.time_ns()}"
-    status, tenant = c.send("POST", "/v1/tenants", {"name": name, "quota": quota})
-    assert status == 201, tenant
-    c = Conn(base, tenant["token"])
+    if token is None:
+        status, tenant = Conn(base, admin).send("POST", "/v1/tenants", {"name": name, "quota": quota})
+        assert status == 201, tenant
+        token = tenant["token"]
+    c = Conn(base, token)
     ids = []
     spec = {} if detector is None else {"detector": detector}
     for i in range(n):
         status, job = c.send("POST", "/v1/jobs", {"external_ref": f"{name}-{i}", "target": "dry-run", **spec})
         assert status == 201, job
         ids.append(job["id"])
-    return tenant["token"], ids
+    return token, ids
 
 
 def rising(step: int) -> float:
@@ -345,7 +348,19 @@ def _paced_result(
             # every server (replica) together; of which in the kernel (sockets, wake-ups, fsync)
             "server_cpu_ms_per_request": server, "server_kernel_ms_per_request": kernel,
             # the PostgreSQL this script started: the postmaster and its processes at each reading
-            "database_cpu_ms_per_request": database}
+            "database_cpu_ms_per_request": database,
+            # p99 of the requests due in each second of the schedule: a run that fell behind and
+            # stayed behind rises and stays up; one slow moment is one high second
+            "p99_ms_by_second": _by_second(latencies, rate)}
+
+
+def _by_second(latencies: list[float], rate: float) -> list[float]:
+    """p99 (ms) of each second's requests, by when they were due (request ``i`` at ``i / rate``)."""
+    step, out = max(1, int(rate)), []
+    for k in range(0, len(latencies), step):
+        ms = sorted(x * 1000 for x in latencies[k:k + step])
+        out.append(round(ms[int(0.99 * (len(ms) - 1))], 1))
+    return out
 
 
 #: The paced phase's clients (``--client``): the lean asyncio one, and the threads of ``http.client``.
@@ -698,11 +713,15 @@ def main(argv: list[str] | None = None) -> int:
                 result["idle"] = idle_cost(pids, db_pid, args.seconds)
             if "paced" in phases:
                 pids = [args.server_pid] if args.server_pid else [proc.pid for proc in procs]
-                if args.warm_up > 0:  # the same load on other jobs first, not counted
-                    token, fresh = make_jobs(bases[0], args.admin_token, args.jobs)
-                    result["paced_warm_up"] = PACED[args.client](bases, token, fresh, args.rate, args.warm_up,
-                                                                 args.paced_threads, pids, db_pid)
-                token, fresh = make_jobs(bases[0], args.admin_token, args.jobs)  # histories start empty
+                warmed: str | None = None  # the warm-up's tenant
+                if args.warm_up > 0:  # the same load on other jobs of the same tenant, not counted
+                    warmed, fresh = make_jobs(bases[0], args.admin_token, args.jobs)
+                    result["paced_warm_up"] = PACED[args.client](
+                        bases, warmed, fresh, args.rate, args.warm_up, args.paced_threads, pids, db_pid)
+                # new jobs, so their histories start empty; of the same tenant, so the steady
+                # state is measured (a new tenant's first requests, which take the slow path at
+                # once, are in the warm-up's own figures)
+                token, fresh = make_jobs(bases[0], args.admin_token, args.jobs, token=warmed)
                 result["paced"] = PACED[args.client](bases, token, fresh, args.rate, args.seconds,
                                                      args.paced_threads, pids, db_pid)
             if "fair" in phases:
