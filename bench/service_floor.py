@@ -11,6 +11,11 @@ paced phase is ``service_load.py``'s own (same schedule, same latency, same CPU 
 
     .venv/bin/python bench/service_floor.py                  # 2 replicas, 1,000 scores/s, 10 s
     .venv/bin/python bench/service_floor.py --replicas 1 --rate 600 --json
+    .venv/bin/python bench/service_floor.py --pairs 5        # floor, then the service, 5 times
+
+``--pairs N`` puts each service run beside a floor run from the same minute (this machine's
+speed drifts by half over minutes): the pairs, how many runs of each met the target, and the
+median ratio of CPU per score, service over floor.
 
 The gap between these figures and ``service_load.py --db postgresql --phases paced`` at the same
 rate is what evalstop's own request work costs (docs/service.md, "Fifth pass").
@@ -24,6 +29,7 @@ import json
 import os
 import queue
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -129,23 +135,9 @@ def start_replica(dsn: str, threads: int, on_loop: bool) -> tuple[subprocess.Pop
     raise SystemExit("a floor replica did not start within 30 s")
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--replicas", type=int, default=2)
-    p.add_argument("--rate", type=float, default=1000.0)
-    p.add_argument("--seconds", type=float, default=10.0)
-    p.add_argument("--warm-up", type=float, default=2.0, help="seconds of the same load first, not counted")
-    p.add_argument("--paced-threads", type=int, default=8, help="the client's senders (as service_load.py)")
-    p.add_argument("--threads", type=int, default=4, help="each replica's database threads and connections")
-    p.add_argument("--on-loop", action="store_true",
-                   help="the driver's asyncio connections on the event loop instead of worker threads")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--serve", metavar="DSN", help=argparse.SUPPRESS)
-    p.add_argument("--port", type=int, help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-    if args.serve:
-        serve(args.serve, args.port, args.threads, args.on_loop)
-        return 0
+def floor_run(args: argparse.Namespace) -> dict[str, Any]:
+    """One run of the floor: a throwaway PostgreSQL, ``args.replicas`` bare replicas, the
+    warm-up and the paced phase (``service_load.py``'s own); its figures."""
     url, stop_pg, db_pid = start_postgres()
     dsn = url.replace("postgresql+psycopg", "postgresql")
     procs: list[subprocess.Popen[bytes]] = []
@@ -172,11 +164,87 @@ def main(argv: list[str] | None = None) -> int:
         result["paced"] = paced_raw(bases, "-", jobs[:JOBS], args.rate, args.seconds, args.paced_threads,
                                     [proc.pid for proc in procs], db_pid)
         result["load_avg_after"] = os.getloadavg()
+        return result
     finally:
         for proc in procs:
             proc.terminate()
             proc.wait(10)
         stop_pg()
+
+
+def service_run(args: argparse.Namespace) -> dict[str, Any]:
+    """The same paced phase on the service (``service_load.py``, same replicas, rate, seconds,
+    warm-up and senders); its figures."""
+    cmd = [sys.executable, str(Path(__file__).resolve().parent / "service_load.py"), "--db", "postgresql",
+           "--replicas", str(args.replicas), "--phases", "paced", "--rate", str(args.rate),
+           "--seconds", str(args.seconds), "--warm-up", str(args.warm_up),
+           "--paced-threads", str(args.paced_threads), "--json"]
+    done = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600)
+    return dict(json.loads(done.stdout))
+
+
+def pairs(args: argparse.Namespace) -> dict[str, Any]:
+    """``args.pairs`` runs of the floor, each followed at once by the same run of the service:
+    the machine's speed drifts over minutes, so each service figure is read beside a floor
+    figure from the same minute. Met: the whole rate achieved (99 %) with p99 <= the target."""
+    rows = []
+    for _ in range(args.pairs):
+        floor, service = floor_run(args)["paced"], service_run(args)["paced"]
+        rows.append({"floor": floor, "service": service})
+    keys = ("achieved_rate", "p50_ms", "p99_ms", "server_cpu_ms_per_request", "database_cpu_ms_per_request")
+
+    def met(q: dict[str, Any]) -> bool:
+        return bool(q["achieved_rate"] >= 0.99 * args.rate and q["p99_ms"] <= args.target_ms)
+
+    return {
+        "rate": args.rate, "target_p99_ms": args.target_ms, "replicas": args.replicas,
+        "pairs": [{side: {k: row[side][k] for k in keys} for side in ("floor", "service")} for row in rows],
+        "met": {side: sum(met(row[side]) for row in rows) for side in ("floor", "service")},
+        # CPU per score of the service over the floor's, server and database (median of the pairs)
+        "cpu_ratio": {part: statistics.median(row["service"][f"{part}_cpu_ms_per_request"]
+                                              / row["floor"][f"{part}_cpu_ms_per_request"] for row in rows)
+                      for part in ("server", "database")},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--replicas", type=int, default=2)
+    p.add_argument("--rate", type=float, default=1000.0)
+    p.add_argument("--seconds", type=float, default=10.0)
+    p.add_argument("--warm-up", type=float, default=2.0, help="seconds of the same load first, not counted")
+    p.add_argument("--paced-threads", type=int, default=8, help="the client's senders (as service_load.py)")
+    p.add_argument("--threads", type=int, default=4, help="each replica's database threads and connections")
+    p.add_argument("--on-loop", action="store_true",
+                   help="the driver's asyncio connections on the event loop instead of worker threads")
+    p.add_argument("--pairs", type=int, default=0,
+                   help="N runs of the floor, each followed by the same run of the service, side by side")
+    p.add_argument("--target-ms", type=float, default=20.0, help="with --pairs: the p99 target")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--serve", metavar="DSN", help=argparse.SUPPRESS)
+    p.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.serve:
+        serve(args.serve, args.port, args.threads, args.on_loop)
+        return 0
+    if args.pairs:
+        compared = pairs(args)
+        if args.json:
+            print(json.dumps(compared, indent=2))
+            return 0
+        print(f"paced {args.rate:.0f}/s single scores, {args.replicas} replica(s): floor, then service, "
+              f"{args.pairs} times (achieved/s, p50 ms, p99 ms, server and database CPU ms per score)")
+        for i, row in enumerate(compared["pairs"], 1):
+            print(f"  {i}: " + "   ".join(
+                f"{side} {q['achieved_rate']}/s p50 {q['p50_ms']} p99 {q['p99_ms']} "
+                f"cpu {q['server_cpu_ms_per_request']}+{q['database_cpu_ms_per_request']}"
+                for side, q in row.items()))
+        print(f"within p99 <= {args.target_ms:g} ms at the whole rate: floor {compared['met']['floor']} of "
+              f"{args.pairs}, service {compared['met']['service']} of {args.pairs}")
+        print(f"CPU per score, service / floor (median): server {compared['cpu_ratio']['server']:.2f}, "
+              f"database {compared['cpu_ratio']['database']:.2f}")
+        return 0
+    result = floor_run(args)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
