@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import queue
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
@@ -178,8 +179,9 @@ class WriterThreads:
             running, self._running = self._running, []
         for _ in running:
             self._queue.put(None)
+        deadline = time.monotonic() + 10  # all threads together, not 10 s each
         for thread in running:
-            thread.join(10)
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     def _start_threads(self) -> None:
         with self._lock:

@@ -149,9 +149,8 @@ class Postgres(Dialect):
     ``COMMIT`` ride along with the next statement, all sent as one simple-protocol message
     (one ``send`` each way; psycopg's pipeline sent each statement apart). The statements are
     prepared once per connection (:attr:`PREPARED`), so each call is an ``EXECUTE`` with its
-    values rendered as SQL literals (:meth:`_Tx.render`: libpq's own quoting for text). Eight
-    round trips before issue 21,
-    four after its second pass."""
+    values rendered as SQL literals (:meth:`_Tx.render`: libpq's own quoting for text). A
+    single score took eight round trips before issue 21, and four after its second pass."""
 
     name = "postgresql"
     shared = True
