@@ -178,7 +178,8 @@ def service_run(args: argparse.Namespace) -> dict[str, Any]:
     cmd = [sys.executable, str(Path(__file__).resolve().parent / "service_load.py"), "--db", "postgresql",
            "--replicas", str(args.replicas), "--phases", "paced", "--rate", str(args.rate),
            "--seconds", str(args.seconds), "--warm-up", str(args.warm_up),
-           "--paced-threads", str(args.paced_threads), "--json"]
+           "--paced-threads", str(args.paced_threads), "--json",
+           *(["--db-threads", str(args.db_threads)] if args.db_threads else [])]
     done = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600)
     return dict(json.loads(done.stdout))
 
@@ -220,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pairs", type=int, default=0,
                    help="N runs of the floor, each followed by the same run of the service, side by side")
     p.add_argument("--target-ms", type=float, default=20.0, help="with --pairs: the p99 target")
+    p.add_argument("--db-threads", type=int, help="with --pairs: the service's db_threads (default: its own)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--serve", metavar="DSN", help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, help=argparse.SUPPRESS)
