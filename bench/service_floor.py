@@ -15,10 +15,11 @@ paced phase is ``service_load.py``'s own (same schedule, same latency, same CPU 
 
 ``--pairs N`` puts each service run beside a floor run from the same minute (this machine's
 speed drifts by half over minutes): the pairs, how many runs of each met the target, and the
-median ratio of CPU per score, service over floor.
+median ratio of CPU per score, service over floor. ``--on-loop`` makes the floor's database call
+on psycopg's asyncio connection on the event loop instead of a worker thread.
 
 The gap between these figures and ``service_load.py --db postgresql --phases paced`` at the same
-rate is what evalstop's own request work costs (docs/service.md, "Fifth pass").
+rate is what evalstop's own request work costs (docs/service.md, "Fifth pass" and "Sixth pass").
 """
 
 from __future__ import annotations
@@ -180,7 +181,9 @@ def service_run(args: argparse.Namespace) -> dict[str, Any]:
            "--seconds", str(args.seconds), "--warm-up", str(args.warm_up),
            "--paced-threads", str(args.paced_threads), "--json",
            *(["--db-threads", str(args.db_threads)] if args.db_threads else [])]
-    done = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise SystemExit(f"the service's run failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}")
     return dict(json.loads(done.stdout))
 
 
