@@ -225,3 +225,48 @@ def test_analyse_study_pairs_by_seed_and_checks_claims() -> None:
     assert result["comparisons"][0]["EvalStop"]["jct_mean_s"]["n"] == 2
     assert result["summary"][1]["SRTF-Est"]["n_killed"]["mean"] == 0
     assert result["claims"][0]["reproduced"] is True and result["claims"][0]["study"] == "small"
+
+
+def test_ctrl_c_during_a_pool_wait_is_raised_at_the_next_check_only() -> None:
+    """A KeyboardInterrupt raised inside ``concurrent.futures.wait`` could leave a future's lock
+    held and hang the process at exit; under ``sigint_deferred`` Ctrl-C only sets a flag, the
+    caller's check raises it, and the default handler is back afterwards."""
+    import signal
+
+    from evalstop.experiments.runner import sigint_deferred
+
+    with sigint_deferred() as interrupted:
+        interrupted()  # nothing pressed yet
+        signal.raise_signal(signal.SIGINT)  # delivered now: with the default handler this raises
+        with pytest.raises(KeyboardInterrupt):
+            interrupted()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with pytest.raises(KeyboardInterrupt), sigint_deferred():  # pressed after the last check:
+        signal.raise_signal(signal.SIGINT)  # raised on the way out
+
+
+def test_sigint_deferred_leaves_other_handlers_and_threads_alone() -> None:
+    import signal
+    import threading
+
+    from evalstop.experiments.runner import sigint_deferred
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with sigint_deferred() as interrupted:
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            signal.raise_signal(signal.SIGINT)
+            interrupted()  # ignored stays ignored
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    seen: list[object] = []
+
+    def in_a_thread() -> None:
+        with sigint_deferred() as check:
+            seen.append(signal.getsignal(signal.SIGINT))
+            check()
+
+    thread = threading.Thread(target=in_a_thread)
+    thread.start()
+    thread.join()
+    assert seen == [signal.default_int_handler]

@@ -10,8 +10,10 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor, wait
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -87,24 +89,59 @@ def run_seeds(
             results[seed] = run_seed(workload, policies, seed, sim, bank, trace)
             _tick(progress, len(results), len(seeds))
     else:
-        pool = ProcessPoolExecutor(max_workers=workers, initializer=ignore_sigint)
-        try:
-            futures = {
-                seed: pool.submit(run_seed, workload, policies, seed, sim, bank, trace) for seed in seeds
-            }
-            for seed, future in futures.items():
-                results[seed] = future.result()
-                _tick(progress, len(results), len(seeds))
-        except BaseException:  # Ctrl-C: do not wait for the queued seeds
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
-        pool.shutdown()
+        with sigint_deferred() as interrupted:
+            pool = ProcessPoolExecutor(max_workers=workers, initializer=ignore_sigint)
+            try:
+                futures = {
+                    seed: pool.submit(run_seed, workload, policies, seed, sim, bank, trace) for seed in seeds
+                }
+                for seed, future in futures.items():
+                    while not wait([future], timeout=POLL_S).done:
+                        interrupted()
+                    results[seed] = future.result()
+                    _tick(progress, len(results), len(seeds))
+            except BaseException:  # Ctrl-C: do not wait for the queued seeds
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
+            pool.shutdown()
     return [row for seed in seeds for row in results[seed]]
 
 
 def ignore_sigint() -> None:
     """Pool workers leave Ctrl-C to the parent, which stops the run and prints one line."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+#: How often a parent waiting on its pool looks for a deferred Ctrl-C (seconds).
+POLL_S = 0.2
+
+
+@contextmanager
+def sigint_deferred() -> Iterator[Callable[[], None]]:
+    """Ctrl-C, raised only where the caller calls the yielded check (between its waits on a
+    process pool), never inside ``concurrent.futures``: a KeyboardInterrupt raised while
+    ``wait()`` held its futures' locks left one held, the executor's thread then blocked on it,
+    and the process hung at exit, since the executor's exit hook joins that thread (1 run in
+    40, interrupted at random moments). Only in the main thread, and only where Ctrl-C raises
+    KeyboardInterrupt (Python's default handler); elsewhere the check does nothing and the
+    handler is left alone."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield lambda: None
+        return
+    pressed = threading.Event()
+
+    def check() -> None:
+        if pressed.is_set():
+            pressed.clear()  # raised once
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, lambda _signum, _frame: pressed.set())
+    try:
+        yield check
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    check()  # pressed after the caller's last check (its pool's shutdown, say): not lost
 
 
 def _tick(progress: Callable[[int, int], None] | None, done: int, total: int) -> None:

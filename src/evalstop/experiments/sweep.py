@@ -26,7 +26,7 @@ from typing import Any
 from .. import __version__
 from ..workloads import Workload, generate
 from ..workloads.bank import bank_workload, load_bank
-from .runner import ignore_sigint, run_policies
+from .runner import POLL_S, ignore_sigint, run_policies, sigint_deferred
 from .spec import PointSpec
 
 __all__ = ["Cache", "Progress", "Task", "code_version", "execute", "run_point"]
@@ -211,14 +211,16 @@ def execute(
 
 
 def _run_pool(tasks: Sequence[Task], workers: int, done: Done) -> None:
-    pool = ProcessPoolExecutor(max_workers=min(workers, len(tasks)), initializer=ignore_sigint)
-    try:
-        pending = {pool.submit(run_point, t.point, t.seed): t for t in tasks}
-        while pending:
-            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for future in finished:
-                done(pending.pop(future), future.result())
-    except BaseException:  # Ctrl-C: drop queued tasks; finished ones are already cached
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    pool.shutdown()
+    with sigint_deferred() as interrupted:  # Ctrl-C is raised here, between waits
+        pool = ProcessPoolExecutor(max_workers=min(workers, len(tasks)), initializer=ignore_sigint)
+        try:
+            pending = {pool.submit(run_point, t.point, t.seed): t for t in tasks}
+            while pending:
+                finished, _ = wait(pending, timeout=POLL_S, return_when=FIRST_COMPLETED)
+                interrupted()
+                for future in finished:
+                    done(pending.pop(future), future.result())
+        except BaseException:  # Ctrl-C: drop queued tasks; finished ones are already cached
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
