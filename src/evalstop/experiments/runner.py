@@ -121,10 +121,10 @@ def sigint_deferred() -> Iterator[Callable[[], None]]:
     """Ctrl-C, raised only where the caller calls the yielded check (between its waits on a
     process pool), never inside ``concurrent.futures``: a KeyboardInterrupt raised while
     ``wait()`` held its futures' locks left one held, the executor's thread then blocked on it,
-    and the process hung at exit, since the executor's exit hook joins that thread (1 run in
-    40 interrupted at random moments: ``scripts/interrupt_reproduce.py``). Only in the main thread, and only where Ctrl-C raises
-    KeyboardInterrupt (Python's default handler); elsewhere the check does nothing and the
-    handler is left alone."""
+    and the process hung at exit, since the executor's exit hook joins that thread (1 run in 40
+    interrupted at random moments: ``scripts/interrupt_reproduce.py``). Only in the main thread,
+    and only where Ctrl-C raises KeyboardInterrupt (Python's default handler); elsewhere the
+    check does nothing and the handler is left alone."""
     if (threading.current_thread() is not threading.main_thread()
             or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
         yield lambda: None
