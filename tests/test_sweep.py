@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -227,6 +228,18 @@ def test_analyse_study_pairs_by_seed_and_checks_claims() -> None:
     assert result["claims"][0]["reproduced"] is True and result["claims"][0]["study"] == "small"
 
 
+@pytest.fixture
+def default_sigint() -> Iterator[None]:
+    """Python's own SIGINT handler for the test (an earlier test's library, Ray Tune, may have
+    left its own installed in this process), and whatever was there back afterwards."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.usefixtures("default_sigint")
 def test_ctrl_c_during_a_pool_wait_is_raised_at_the_next_check_only() -> None:
     """A KeyboardInterrupt raised inside ``concurrent.futures.wait`` could leave a future's lock
     held and hang the process at exit; under ``sigint_deferred`` Ctrl-C only sets a flag, the
@@ -245,6 +258,7 @@ def test_ctrl_c_during_a_pool_wait_is_raised_at_the_next_check_only() -> None:
         signal.raise_signal(signal.SIGINT)  # raised on the way out
 
 
+@pytest.mark.usefixtures("default_sigint")
 def test_sigint_deferred_leaves_other_handlers_and_threads_alone() -> None:
     import signal
     import threading
