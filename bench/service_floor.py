@@ -53,14 +53,16 @@ def make_app(dsn: str, threads: int, on_loop: bool = False) -> Any:
     import psycopg
 
     pool: queue.SimpleQueue[Any] = queue.SimpleQueue()
-    apool: asyncio.Queue[Any] = asyncio.Queue()
+    apool: asyncio.Queue[Any] = asyncio.Queue()  # with on_loop: up to ``threads``, opened on demand
+    opened = 0
     if not on_loop:
         for _ in range(threads):
             pool.put(psycopg.connect(dsn, autocommit=True))
 
     async def store_on_loop(job: str, step: int, value: float) -> None:
-        if apool.empty() and opened[0] < threads:
-            opened[0] += 1
+        nonlocal opened
+        if apool.empty() and opened < threads:
+            opened += 1
             await apool.put(await psycopg.AsyncConnection.connect(dsn, autocommit=True))
         conn = await apool.get()
         try:
@@ -72,8 +74,6 @@ def make_app(dsn: str, threads: int, on_loop: bool = False) -> Any:
                 await cur.execute(cur.mogrify(WRITE, [job, step, value, state, job]))
         finally:
             apool.put_nowait(conn)
-
-    opened = [0]
 
     def store(job: str, step: int, value: float) -> None:
         conn = pool.get()

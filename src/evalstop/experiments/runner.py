@@ -11,10 +11,10 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor, wait
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -26,6 +26,8 @@ from ..workloads.jobs_csv import TraceFiles
 from .policies import PolicySpec
 
 Row = dict[str, Any]
+K = TypeVar("K")
+R = TypeVar("R")
 CDF_QUANTILES = np.linspace(0.0, 100.0, 101)
 
 
@@ -89,22 +91,34 @@ def run_seeds(
             results[seed] = run_seed(workload, policies, seed, sim, bank, trace)
             _tick(progress, len(results), len(seeds))
     else:
-        with sigint_deferred() as interrupted:
-            pool = ProcessPoolExecutor(max_workers=workers, initializer=ignore_sigint)
-            try:
-                futures = {
-                    seed: pool.submit(run_seed, workload, policies, seed, sim, bank, trace) for seed in seeds
-                }
-                for seed, future in futures.items():
-                    while not wait([future], timeout=POLL_S).done:
-                        interrupted()
-                    results[seed] = future.result()
-                    _tick(progress, len(results), len(seeds))
-            except BaseException:  # Ctrl-C: do not wait for the queued seeds
-                pool.shutdown(wait=False, cancel_futures=True)
-                raise
-            pool.shutdown()
+        def done(seed: int, rows: list[Row]) -> None:
+            results[seed] = rows
+            _tick(progress, len(results), len(seeds))
+
+        run_pool({seed: (run_seed, (workload, policies, seed, sim, bank, trace)) for seed in seeds},
+                 workers, done)
     return [row for seed in seeds for row in results[seed]]
+
+
+def run_pool(calls: Mapping[K, tuple[Callable[..., R], tuple[Any, ...]]], workers: int,
+             done: Callable[[K, R], None]) -> None:
+    """Run each ``key: (function, args)`` of ``calls`` on a process pool of at most ``workers``,
+    calling ``done(key, result)`` here as each finishes (in any order). The workers ignore
+    Ctrl-C; the parent takes it between its waits (:func:`sigint_deferred`), drops the queued
+    calls and raises KeyboardInterrupt (what ``done`` has seen stays done)."""
+    with sigint_deferred() as interrupted:
+        pool = ProcessPoolExecutor(max_workers=min(workers, len(calls)), initializer=ignore_sigint)
+        try:
+            pending = {pool.submit(fn, *args): key for key, (fn, args) in calls.items()}
+            while pending:
+                finished, _ = wait(pending, timeout=POLL_S, return_when=FIRST_COMPLETED)
+                interrupted()
+                for future in finished:
+                    done(pending.pop(future), future.result())
+        except BaseException:  # Ctrl-C: do not wait for the queued calls
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
 
 
 def ignore_sigint() -> None:

@@ -17,8 +17,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from typing import Any
 from .. import __version__
 from ..workloads import Workload, generate
 from ..workloads.bank import bank_workload, load_bank
-from .runner import POLL_S, ignore_sigint, run_policies, sigint_deferred
+from .runner import run_policies, run_pool
 from .spec import PointSpec
 
 __all__ = ["Cache", "Progress", "Task", "code_version", "execute", "run_point"]
@@ -163,9 +162,6 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
 
-Done = Callable[[Task, list[Row]], None]
-
-
 def execute(
     tasks: Iterable[Task],
     cache: Cache,
@@ -206,21 +202,9 @@ def execute(
             for task in missing:
                 done(task, run_point(task.point, task.seed))
         else:
-            _run_pool(missing, workers or os.cpu_count() or 1, done)
+            # finished tasks are cached as they come, so a Ctrl-C loses only the running ones
+            run_pool({i: (run_point, (t.point, t.seed)) for i, t in enumerate(missing)},
+                     workers or os.cpu_count() or 1, lambda i, rows: done(missing[i], rows))
     return results, {"cached": len(unique) - len(missing), "ran": len(missing)}
 
 
-def _run_pool(tasks: Sequence[Task], workers: int, done: Done) -> None:
-    with sigint_deferred() as interrupted:  # Ctrl-C is raised here, between waits
-        pool = ProcessPoolExecutor(max_workers=min(workers, len(tasks)), initializer=ignore_sigint)
-        try:
-            pending = {pool.submit(run_point, t.point, t.seed): t for t in tasks}
-            while pending:
-                finished, _ = wait(pending, timeout=POLL_S, return_when=FIRST_COMPLETED)
-                interrupted()
-                for future in finished:
-                    done(pending.pop(future), future.result())
-        except BaseException:  # Ctrl-C: drop queued tasks; finished ones are already cached
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
-        pool.shutdown()
