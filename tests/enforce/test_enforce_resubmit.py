@@ -240,3 +240,40 @@ def test_a_refused_resubmission_fails_and_a_retry_resubmits(slurm: SlurmCluster,
     _wait(lambda: (tmp_path / "args.txt").exists(), "the second attempt to start", 60)
     slurm.run("scancel", job["external_ref"])
     ctx.store.dispose()
+
+
+ENV_SCRIPT = """#!/bin/bash
+#SBATCH --output={out}/env-%j.out
+env
+"""
+#: what the service's environment holds in a real deployment (compose, Kubernetes)
+DB_PASSWORD, ADMIN_TOKEN = "pw-s3cret-db", "adm-s3cret-0123456789abcdef0123456789"
+SERVICE_ENV = {"EVALSTOP_ADMIN_TOKEN": ADMIN_TOKEN,
+               "EVALSTOP_DATABASE_URL": f"postgresql://evalstop:{DB_PASSWORD}@db:5432/evalstop",
+               "EVALSTOP_ADAPTER_SETTINGS": json.dumps({"slurm": {"token": "rest-s3cret"}})}
+
+
+def test_a_resubmitted_job_gets_none_of_the_service_environment(
+    slurm: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The service runs with its admin token, database URL and adapter settings in its
+    environment; the job it resubmits prints its environment: none of them is there, the
+    variable the template declares is."""
+    for name, value in SERVICE_ENV.items():
+        monkeypatch.setenv(name, value)
+    old_id, ctx = _first_attempt(slurm, tmp_path)
+    domain.create_tenant(ctx.store, "acme", scope={"slurm": {"accounts": ["alpha"]}})
+    template = {"script": ENV_SCRIPT.format(out=tmp_path), "env": {"RUN_MODE": "resumed, with=commas"}}
+    spec = domain.JobSpec(external_ref=old_id, target="slurm", detector="evalstop:k=2", grace_period_s=5,
+                          on_detect="rewind", correction="lr*=0.5", resubmit=template)
+    job_id = domain.register_job(ctx.store, "acme", spec, ctx.adapters.check)["id"]
+    _rewind(ctx, job_id, "/ckpt/checkpoint-2")
+    new_id = _deliver(ctx, job_id, old_id)["external_ref"]
+    out = tmp_path / f"env-{new_id}.out"
+    _wait(lambda: out.exists() and "SLURM_JOB_ID=" in out.read_text(), "the job's environment", 60)
+    lines = out.read_text().splitlines()
+    assert "RUN_MODE=resumed, with=commas" in lines and f"SLURM_JOB_ID={new_id}" in lines
+    assert [line for line in lines if line.startswith("EVALSTOP_")] == []
+    for secret in (DB_PASSWORD, ADMIN_TOKEN, "rest-s3cret"):
+        assert secret not in out.read_text()
+    ctx.store.dispose()

@@ -7,6 +7,11 @@ best checkpoint with the correction (Ray Jobs, Slurm; docs/rewind.md, "Resubmiss
 - Slurm: ``{"script": "#!/bin/bash\\n...{checkpoint}...", "account": "a", "partition": "p"}``
   (account and partition default to the first the tenant's scope lists).
 
+Both take ``env``: ``{"NAME": "value"}``, the only variables the new job gets from evalstop
+(names ``[A-Z_][A-Z0-9_]*``, none starting ``EVALSTOP_``; at most :data:`MAX_ENV_VARS`
+variables and :data:`MAX_ENV_BYTES` bytes). Nothing of the service's own environment
+reaches the job (docs/enforcement.md, "Resubmission").
+
 The only placeholders are ``{checkpoint}`` (the best eval's checkpoint URI) and
 ``{correction}`` (the rewind's correction spec); ``{{``/``}}`` are literal braces. Each value is
 substituted shell-quoted (``shlex.quote``), and a value with a control character is refused, so
@@ -27,6 +32,7 @@ curve, one monitor, across its attempts.
 
 from __future__ import annotations
 
+import re
 import shlex
 import string
 from collections.abc import Mapping
@@ -37,7 +43,12 @@ from .scopes import TenantScope, ray_id_within
 
 PLACEHOLDERS = ("checkpoint", "correction")
 MAX_TEMPLATE = 20_000
-FIELDS = {"ray": {"entrypoint"}, "slurm": {"script", "account", "partition"}}
+FIELDS = {"ray": {"entrypoint", "env"}, "slurm": {"script", "account", "partition", "env"}}
+ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
+#: words ``sbatch --export`` reads as modes, not as variable names
+EXPORT_WORDS = frozenset({"ALL", "NONE", "NIL"})
+MAX_ENV_VARS = 64
+MAX_ENV_BYTES = 16_384
 
 
 def check_template(
@@ -59,6 +70,8 @@ def check_template(
                            f"is required. Got {text!r}.")
     _check_placeholders(f"resubmit.{text_field}", text)
     stored: dict[str, Any] = {text_field: text}
+    if "env" in template:
+        stored["env"] = check_env(template["env"])
     if target == "slurm":
         section = scope.slurm if scope is not None else None
         for key, allowed in (("account", section.accounts if section else []),
@@ -74,6 +87,41 @@ def check_template(
             if value is not None:
                 stored[key] = value
     return stored
+
+
+def check_env(env: Any) -> dict[str, str]:
+    """The template's ``env`` as stored; InvalidInput naming the bad variable otherwise."""
+    if not isinstance(env, Mapping) or len(env) > MAX_ENV_VARS:
+        raise InvalidInput(f"resubmit.env: a mapping of at most {MAX_ENV_VARS} variables NAME -> string. "
+                           f"Got {_short(env)}.")
+    for name, value in env.items():
+        if not isinstance(name, str) or not ENV_NAME.fullmatch(name) or name in EXPORT_WORDS:
+            raise InvalidInput(f"resubmit.env: variable names match [A-Z_][A-Z0-9_]* and are not "
+                               f"{sorted(EXPORT_WORDS)}. Got {_short(name)}.")
+        if name.startswith("EVALSTOP_"):
+            raise InvalidInput(f"resubmit.env: {name!r}: names starting 'EVALSTOP_' are the service's "
+                               f"own settings and are never passed to a job.")
+        if not isinstance(value, str) or "\0" in value or not _utf8(value):
+            raise InvalidInput(f"resubmit.env.{name}: a UTF-8 string without NUL characters. "
+                               f"Got {_short(value)}.")
+    size = sum(len(f"{name}={value}\0".encode()) for name, value in env.items())
+    if size > MAX_ENV_BYTES:
+        raise InvalidInput(f"resubmit.env: at most {MAX_ENV_BYTES} bytes in all (NAME=value, UTF-8). "
+                           f"Got {size}.")
+    return dict(env)
+
+
+def _utf8(value: str) -> bool:
+    try:
+        value.encode()
+    except UnicodeEncodeError:  # a lone surrogate (JSON "\\ud800")
+        return False
+    return True
+
+
+def _short(value: Any) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= 80 else shown[:77] + "..."
 
 
 def _check_placeholders(where: str, text: str) -> None:

@@ -1,4 +1,5 @@
-"""Helpers every adapter shares: settings, HTTP error mapping, checkpoint pin markers."""
+"""Helpers every adapter shares: settings, HTTP error mapping, checkpoint pin markers, the
+environment of the commands the service runs."""
 
 from __future__ import annotations
 
@@ -22,6 +23,21 @@ log = logging.getLogger("evalstop.service.adapters")
 
 PIN_MARKER = ".evalstop-pin.json"
 RETRYABLE_STATUS = frozenset({408, 425, 429})
+#: All a command the service runs (``sbatch``, ``scontrol``...) keeps of the service's own
+#: environment. Everything else stays behind: the ``EVALSTOP_*`` settings (admin token, database
+#: URL with its password, adapter settings with their tokens), cloud credentials, ``LD_*``.
+COMMAND_ENV = ("PATH", "LANG", "LC_ALL", "TZ")
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+def command_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The whole environment of a command the service runs: :data:`COMMAND_ENV` from the
+    service's own (``PATH`` defaults to :data:`DEFAULT_PATH`), plus ``extra`` (operator
+    settings such as ``SLURM_CONF``, never a tenant's values)."""
+    env = {name: os.environ[name] for name in COMMAND_ENV if os.environ.get(name)}
+    env.setdefault("PATH", DEFAULT_PATH)
+    env.update(extra or {})
+    return env
 
 
 def setting_str(owner: str, settings: Mapping[str, Any], key: str, default: str | None = None) -> str:

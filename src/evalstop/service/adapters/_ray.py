@@ -128,8 +128,9 @@ class RayJobsAdapter(EnforcementAdapter):
 
     def resubmit(self, job: JobRef, template: Mapping[str, Any], text: str, number: int) -> str:
         """Submit ``text`` as the entrypoint of a new Ray job ``<ref>-r<N>`` (inside the tenant's
-        prefixes), with the metadata its scope requires; a job of that id already there is the
-        one submitted before. Then the new job is checked like any other (``check_owner``)."""
+        prefixes), with the metadata its scope requires and the template's ``env`` as its
+        ``runtime_env`` variables; a job of that id already there is the one submitted before.
+        Then the new job is checked like any other (``check_owner``)."""
         new = JobRef(job.job_id, job.tenant, ray_submission_id(job.external_ref, number), job.options,
                      scope=job.scope)
         if not ray_id_allowed(job.scope, new.external_ref):
@@ -139,7 +140,10 @@ class RayJobsAdapter(EnforcementAdapter):
             section = scope_section(job, self.name) or {}
             metadata = {"evalstop_job": job.job_id, "evalstop_attempt": str(number),
                         **dict(section.get("metadata") or {})}
-            body = {"entrypoint": text, "submission_id": new.external_ref, "metadata": metadata}
+            body: dict[str, Any] = {"entrypoint": text, "submission_id": new.external_ref,
+                                    "metadata": metadata}
+            if template.get("env"):  # the template's variables only (Ray's runtime_env)
+                body["runtime_env"] = {"env_vars": dict(template["env"])}
             what = f"ray resubmit of job {job.job_id} ({new.external_ref})"
             resp = send(self._client, "POST", "/api/jobs/", what=what, json=body)
             if not 200 <= resp.status_code < 300 and self.info(new) is None:  # a lost reply: it is there

@@ -6,6 +6,10 @@ queued, else ``scancel --signal=TERM --full`` (the batch shell and every step); 
 ``scancel`` (Slurm sends SIGTERM, then SIGKILL after ``KillWait``); reconcile = ``squeue`` no
 longer lists the job or lists it in a terminal state (COMPLETING still holds its nodes). An
 unknown or finished job counts as stopped.
+
+Every command runs with :func:`command_env` (``PATH``, locale, ``SLURM_CONF``), never the
+service's environment; a resubmitted job gets ``--export=NONE``, or only the variables its
+template declares (``--export=<names> --export-file=<fd>``).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from evalstop.service.adapters._base import (
     scope_section,
     unknown_job,
 )
-from evalstop.service.adapters._common import setting_float, write_pin_marker
+from evalstop.service.adapters._common import command_env, setting_float, write_pin_marker
 from evalstop.service.resubmit import slurm_job_name
 
 log = logging.getLogger("evalstop.service.adapters.slurm")
@@ -119,23 +123,23 @@ class SlurmAdapter(EnforcementAdapter):
         if self.pin_field not in ("Comment", "AdminComment"):
             raise ValueError(f"The 'pin_field' setting of the slurm adapter must be one of 'AdminComment', "
                              f"'Comment'. Got {self.pin_field!r} instead.")
-        self._env = dict(os.environ)
-        if settings.get("slurm_conf"):
-            self._env["SLURM_CONF"] = str(settings["slurm_conf"])
+        conf = settings.get("slurm_conf")
+        self._env = command_env({"SLURM_CONF": str(conf)} if conf else None)
 
     def __repr__(self) -> str:
         return f"SlurmAdapter(slurm_conf={self._env.get('SLURM_CONF')!r})"
 
-    def run(self, argv: Sequence[str], stdin: str | None = None) -> Result:
-        """Run one Slurm command (``stdin``: its input); a missing binary is permanent, a timeout
-        retryable."""
+    def run(self, argv: Sequence[str], stdin: str | None = None, pass_fds: Sequence[int] = ()) -> Result:
+        """Run one Slurm command (``stdin``: its input; ``pass_fds``: descriptors it inherits); a
+        missing binary is permanent, a timeout retryable."""
         exe = shutil.which(argv[0], path=self.bin_dir) if self.bin_dir else shutil.which(argv[0])
         if exe is None:
             raise AdapterError(f"slurm: command {argv[0]!r} not found (bin_dir={self.bin_dir!r})",
                                retryable=False)
         try:
             proc = subprocess.run([exe, *argv[1:]], capture_output=True, text=True, env=self._env,
-                                  timeout=self.timeout_s, check=False, input=stdin)
+                                  timeout=self.timeout_s, check=False, input=stdin,
+                                  pass_fds=tuple(pass_fds))
         except subprocess.TimeoutExpired as exc:
             message = f"slurm: {argv[0]} timed out after {self.timeout_s} s"
             raise AdapterError(message, retryable=True) from exc
@@ -201,7 +205,8 @@ class SlurmAdapter(EnforcementAdapter):
         name = slurm_job_name(job.job_id, number)
         new_id = self._named(job, name)
         if new_id is None:
-            result = self.run(["sbatch", "--parsable", f"--job-name={name}", *options], stdin=text)
+            options = ["--parsable", f"--job-name={name}", *options]
+            result = self.sbatch(options, text, template.get("env") or {})
             classify(f"slurm resubmit of job {job.job_id}", result)
             new_id = result.stdout.strip().split(";", 1)[0]
         new = JobRef(job.job_id, job.tenant, new_id, job.options, scope=job.scope)
@@ -212,6 +217,22 @@ class SlurmAdapter(EnforcementAdapter):
             self.run(["scancel", new_id])
             raise
         return new_id
+
+    def sbatch(self, options: Sequence[str], script: str, env: Mapping[str, str]) -> Result:
+        """``sbatch`` the ``script`` (on stdin) so that the job's environment holds ``env`` and
+        nothing of the service's: ``--export=NONE``, or the names of ``env`` with their values
+        read from a pipe (``--export-file``: NUL-separated, so any value passes unparsed)."""
+        if not env:
+            return self.run(["sbatch", "--export=NONE", *options], stdin=script)
+        data = b"".join(f"{k}={v}".encode() + b"\0" for k, v in env.items())
+        read_fd, write_fd = os.pipe()
+        try:
+            with os.fdopen(write_fd, "wb") as pipe:  # MAX_ENV_BYTES (16 KiB) fits a pipe's buffer
+                pipe.write(data)
+            argv = ["sbatch", f"--export={','.join(env)}", f"--export-file={read_fd}", *options]
+            return self.run(argv, stdin=script, pass_fds=(read_fd,))
+        finally:
+            os.close(read_fd)
 
     def _named(self, job: JobRef, name: str) -> str | None:
         """The id of the live (not finished) job called ``name``, if any: one cancelled because
