@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .sweep import Row, Task, run_point
+from .task import Row, Task, run_point
 
 #: Tasks in flight per cluster CPU: enough to keep workers busy, few enough to stay responsive.
 _IN_FLIGHT_PER_CPU = 4

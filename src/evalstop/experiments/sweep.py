@@ -18,44 +18,19 @@ import os
 import sys
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..workloads import Workload, generate
-from ..workloads.bank import bank_workload, load_bank
-from .runner import run_policies, run_pool
-from .spec import PointSpec
+from .runner import run_pool
+from .task import Row, Task, run_point
 
-__all__ = ["Cache", "Progress", "Task", "code_version", "execute", "run_point"]
+__all__ = ["Cache", "Progress", "Row", "Task", "code_version", "execute", "run_point"]
 
-Row = dict[str, Any]
-#: Quantiles kept per row for JCT CDF plots (0, 1, ..., 100 %).
 #: Source files whose change can change a simulation result; they define the code version.
 _SIM_SOURCES = ("sim", "workloads", "detectors", "schedulers", "_validation.py", "_gc.py", "replay.py",
-                "experiments/policies.py", "experiments/runner.py", "experiments/sweep.py")
-
-
-def run_point(point: PointSpec, seed: int) -> list[Row]:
-    """Pure: the workload of ``seed``, every policy of ``point`` on it, one row per policy."""
-    return run_policies(_workload(point, seed), point.policies, point.sim, jct_cdf=point.jct_cdf)
-
-
-def _workload(point: PointSpec, seed: int) -> Workload:
-    if point.jobs_csv is not None:
-        from ..workloads.jobs_csv import load_jobs_csv
-
-        return load_jobs_csv(point.jobs_csv, point.workload, seed)
-    if point.trace is None:
-        jobs = generate(point.workload, seed)
-    else:
-        from ..workloads.philly import generate_from_trace
-
-        jobs = generate_from_trace(point.workload, point.trace, seed)
-    if point.bank is None:
-        return jobs
-    return bank_workload(jobs, load_bank(point.bank), seed)
+                "experiments/policies.py", "experiments/runner.py", "experiments/sweep.py",
+                "experiments/task.py")
 
 
 _CODE_VERSION: str | None = None
@@ -75,21 +50,6 @@ def code_version() -> str:
                 digest.update(f.read_bytes())
         _CODE_VERSION = f"{__version__}+{digest.hexdigest()[:12]}"
     return _CODE_VERSION
-
-
-@dataclass(frozen=True)
-class Task:
-    """One unit of work: a point and a seed. ``key`` is the point's content hash."""
-
-    key: str
-    point: PointSpec
-    seed: int
-
-    @property
-    def cost(self) -> float:
-        """Rough relative cost, to start the big tasks first."""
-        trace = 20.0 if self.point.trace is not None else 1.0
-        return self.point.workload.n_jobs * len(self.point.policies) * trace
 
 
 class Cache:

@@ -28,8 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-ENGINES = ("ray", "slurm")
-
 
 @dataclass(frozen=True)
 class Status:
@@ -73,23 +71,3 @@ class Engine(Protocol):
     def warm_up(self, argv: list[str], timeout_s: float = 180.0) -> float: ...
 
     def close(self) -> None: ...
-
-
-def start_engine(
-    kind: str, root: Path, slots: int, *, run_id: str = "", ray_address: str | None = None
-) -> Engine:
-    """Start a private ``kind`` cluster with ``slots`` slots, its state under ``root``; with
-    ``ray_address`` (Ray only), use that existing cluster's ``slots`` slots instead."""
-    if ray_address and kind != "ray":
-        raise ValueError(f"The 'ray_address' parameter needs engine 'ray'. Got engine {kind!r} instead.")
-    if kind == "ray":
-        from .ray_engine import RayEngine
-
-        if ray_address:
-            return RayEngine.connect(ray_address, slots, run_id)
-        return RayEngine.start(root, slots, run_id)
-    if kind == "slurm":
-        from .slurm_engine import SlurmEngine
-
-        return SlurmEngine.start(root, slots, run_id)
-    raise ValueError(f"The 'engine' parameter must be one of {', '.join(ENGINES)}. Got {kind!r} instead.")

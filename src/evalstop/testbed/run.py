@@ -18,8 +18,9 @@ from typing import Any
 from .._validation import check_choice
 from .arm import run_arm, warm_up
 from .cluster import Proc, pids_naming, start_service, stop
-from .engine import ENGINES, Engine, start_engine
+from .engine import Engine
 from .engine_model import EngineModel, fit
+from .engines import ENGINES, start_engine
 from .predict import REPLICAS, held_out, predict_sampled, predict_trace
 from .report import write_report
 from .simcheck import compare

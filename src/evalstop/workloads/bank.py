@@ -36,7 +36,8 @@ import numpy as np
 from .._validation import check_int
 from ..detectors import Eval, ItemEval
 from ._gzip_text import open_text as _open_text
-from .model import JobTruth, Workload
+from .model import Workload
+from .records import JobTruth
 from .rl_toy import ToyConfig, ToyRun, run_toy
 from .trl_runs import FAMILIES as TRL_FAMILIES
 from .trl_runs import NOISY_FAMILIES as TRL_NOISY_FAMILIES

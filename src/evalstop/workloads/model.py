@@ -16,8 +16,8 @@ import numpy as np
 from .. import _snap
 from .._gc import cyclic_gc_paused
 from .._validation import InvalidParameterError, check_choice, check_float, check_int
-from ..detectors import Eval
 from . import curves
+from .records import JobSpec, JobTruth
 from .table import DenseEvals, JobTable, loss_at
 
 KINDS = ("rlhf", "lora", "dpo")
@@ -158,31 +158,6 @@ PRESETS: dict[str, WorkloadConfig] = {
     # Healthy RLHF runs saturate and plateau as real runs do; eval noise as in real evals.
     "realistic": WorkloadConfig(healthy_rate=(4.0, 8.0), eval_noise=0.02, evals_per_job=20),
 }
-
-
-@dataclass(frozen=True, slots=True)
-class JobSpec:
-    """What the platform knows about a job: no label, no true duration."""
-
-    job_id: int
-    tenant: int
-    kind: str
-    gpus: int
-    arrival_s: float
-    budget_s: float
-    evals: tuple[Eval, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class JobTruth:
-    """What only the metrics may read."""
-
-    hacking: bool
-    duration_s: float
-    peak_progress: float
-    true_at_evals: tuple[float, ...]
-    true_peak: float
-    true_final: float
 
 
 class Workload:

@@ -10,16 +10,14 @@ simulator asks for a job's evals only when a stopping rule needs them, one job a
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from ..detectors import Eval
 from . import curves
-
-if TYPE_CHECKING:
-    from .model import JobSpec, JobTruth
+from .records import JobSpec, JobTruth
 
 Array = np.ndarray[Any, Any]
 
@@ -153,8 +151,6 @@ class JobTable:
 
     def records(self) -> tuple[tuple[JobSpec, ...], tuple[JobTruth, ...]]:
         """The (jobs, truth) records of every row."""
-        from .model import JobSpec, JobTruth
-
         evals = self.evals
         if isinstance(evals, RecordEvals):
             return tuple(evals.jobs), tuple(evals.truth)

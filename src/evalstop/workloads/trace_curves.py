@@ -37,7 +37,8 @@ import numpy as np
 from .._validation import InvalidParameterError
 from ..detectors import Eval
 from .bank import TRUTH_COLUMNS, label_curve
-from .model import JobTruth, Workload
+from .model import Workload
+from .records import JobTruth
 
 
 @dataclass(frozen=True)
