@@ -11,8 +11,8 @@ from typing import Any
 from ...detectors import Detector, Eval, Monitor, NextEval, parse_spec
 from .. import controls, domain
 from ..store import Store, listing
-from .charts import curve_svg
-from .evidence import explain
+from .charts import curve_charts
+from .evidence import attempts, explain
 
 STATES = ("running", "stopping", "stopped", "released", "stop_failed")
 SORTS = ("created", "name", "tenant", "state", "rule", "last_step", "last_value", "decision")
@@ -99,6 +99,8 @@ def job_rows(store: Store, tenant: str | None, f: Filters) -> ListPage:
 
 def _decision_text(kind: int, step: int | None) -> str:
     name = listing.DECISION_KINDS.get(kind, "")
+    if name == "rewind":
+        return f"rewound at step {step}"
     if name == "override":
         return "stop now (override)"
     if name == "detector":
@@ -137,18 +139,22 @@ def job_page(store: Store, job_id: str, tenant: str | None) -> JobPage:
     evals = [Eval(r["step"], r["value"], r["progress"], r["loss"]) for r in rows]
     detector = parse_spec(job["detector"])
     monitor = _stored_monitor(saved, detector, evals)
-    evidence = explain(detector, evals, monitor.policy, monitor.rewinds)
+    rewound = listing.rewound(store, job_id, job["metric"]) if monitor.rewinds else []
+    runs = attempts(evals, rewound, monitor.rewinds)
+    evidence = explain(detector, runs, monitor.policy, monitor.rewinds)
     found = domain.list_decisions(store, job_id, tenant)
     audit = controls.list_audit(store, job_id, tenant)
     released = None
     if job["state"] == "stopped" and not delivered:
         job = {**job, "state": "released"}
         released = next((a for a in reversed(audit) if a["action"] == "release"), {"reason": ""})
-    shown = next((d for d in found if not d["shadow"]), found[0] if found else None)
+    stops = [d for d in found if d["decision"] != "rewind"]  # the rewinds are drawn from the monitor
+    shown = next((d for d in stops if not d["shadow"]), stops[0] if stops else None)
     marker = _marker(shown, evidence.verdict)
-    chart = curve_svg([(r["step"], r["value"]) for r in rows], evidence, best_step=marker["best_step"],
-                      stop_step=marker["stop_step"], stop_label=marker["label"])
-    return JobPage(job, found, controls.delivery_history(store, job_id, tenant), audit, chart,
+    points = [[(e.step, e.score) for e in run] for run in runs]
+    chart = curve_charts(points, evidence, best_step=marker["best_step"], stop_step=marker["stop_step"],
+                         stop_label=marker["label"])
+    return JobPage(job, stops, controls.delivery_history(store, job_id, tenant), audit, chart,
                    evidence.verdict, evidence, shown, marker, tenant_shadow, monitor.next_eval(), released)
 
 
