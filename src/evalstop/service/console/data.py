@@ -12,7 +12,7 @@ from ...detectors import Detector, Eval, Monitor, NextEval, parse_spec
 from .. import controls, domain
 from ..store import Store, listing
 from .charts import curve_charts
-from .evidence import attempts, explain
+from .evidence import attempts, drawn
 
 STATES = ("running", "stopping", "stopped", "released", "stop_failed")
 SORTS = ("created", "name", "tenant", "state", "rule", "last_step", "last_value", "decision")
@@ -141,7 +141,7 @@ def job_page(store: Store, job_id: str, tenant: str | None) -> JobPage:
     monitor = _stored_monitor(saved, detector, evals)
     rewound = listing.rewound(store, job_id, job["metric"]) if monitor.rewinds else []
     runs = attempts(evals, rewound, monitor.rewinds)
-    evidence = explain(detector, runs, monitor.policy, monitor.rewinds)
+    evidence = drawn(detector, runs, monitor)
     found = domain.list_decisions(store, job_id, tenant)
     audit = controls.list_audit(store, job_id, tenant)
     released = None
@@ -167,7 +167,10 @@ def _stored_monitor(saved: Any, detector: Detector, evals: list[Eval]) -> Monito
     except (ValueError, KeyError, TypeError):
         pass
     monitor = Monitor(detector)
-    monitor.observe_many(evals)
+    try:
+        monitor.observe_many(evals)
+    except (ArithmeticError, ValueError):  # a rule's bug on these scores: the page still shows
+        return Monitor(detector)
     return monitor
 
 

@@ -16,13 +16,16 @@ folded over the attempts in order, going back to the best eval between them as t
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...detectors import Detector, Eval, Monitor, OnDetect, Verdict
+from ...detectors import Detector, Eval, Monitor, OnDetect, Verdict, format_spec
 from ...detectors._base import is_valid, sign_of
+
+log = logging.getLogger("evalstop.service.console")
 
 
 @dataclass(frozen=True)
@@ -109,3 +112,16 @@ def explain(
     marks = tuple(RewindMark.from_entry(r) for r in rewinds)
     return Evidence(verdict, tuple(map(tuple, best)), tuple(map(tuple, band)) if label else (), label,
                     counted, marks)
+
+
+def drawn(detector: Detector, runs: Sequence[Sequence[Eval]], monitor: Monitor) -> Evidence:
+    """:func:`explain` for the job page, which must show whatever was stored: if the rule raises
+    on these scores (an arithmetic error on extreme values is a rule's bug, logged), the curve
+    is drawn with the stored monitor's verdict and rewinds and no evidence lines."""
+    try:
+        return explain(detector, runs, monitor.policy, monitor.rewinds)
+    except (ArithmeticError, ValueError) as exc:
+        log.warning("console: rule %s raised %s on a job's scores; drawn without its evidence",
+                    format_spec(detector), type(exc).__name__)
+        marks = tuple(RewindMark.from_entry(r) for r in monitor.rewinds)
+        return Evidence(monitor.verdict, tuple(() for _ in runs), (), "", (), marks)
