@@ -25,7 +25,12 @@ from .evidence import Evidence, RewindMark
 
 MAX_POINTS = 2000  # longer curves are thinned for drawing (every marker still drawn)
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
+#: The attempts' colours: none of the running best's green, the rule's and the stop's red, or the
+#: rewinds' purple.
+ATTEMPTS = ("#1f77b4", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f")
 BIG = sys.float_info.max
+#: A white outline under a marker's label, so it reads over the lines it crosses.
+HALO = ' stroke="#fff" stroke-width="3" paint-order="stroke" stroke-linejoin="round"'
 Points = Sequence[tuple[int, float]]
 
 
@@ -53,7 +58,7 @@ class Layout:
 
 
 WIDE = Layout(760, 320, 64, 16, 16, 40, 11, 5, "", "chart-wide")
-NARROW = Layout(330, 260, 46, 8, 16, 36, 11, 3, "narrow-", "chart-narrow")
+NARROW = Layout(330, 260, 46, 8, 16, 36, 11, 4, "narrow-", "chart-narrow")
 
 
 @dataclass(frozen=True)
@@ -121,8 +126,13 @@ def _anchor(px: float, width: float, lo: float, hi: float) -> tuple[float, str]:
 
 
 def _beside(px: float, width: float, g: Layout) -> tuple[float, str]:
-    """A label next to the vertical line at ``px``: to its right when it fits, else to its left."""
-    return (px + 4, "start") if px + 4 + width <= g.plot_right else (px - 4, "end")
+    """A label next to the vertical line at ``px``: to its right when it fits, else to its left,
+    else across it, within the plot."""
+    if px + 4 + width <= g.plot_right:
+        return px + 4, "start"
+    if px - 4 - width >= g.left:
+        return px - 4, "end"
+    return _anchor(px, width, g.left, g.plot_right)
 
 
 def _axes(g: Layout, x: Scale, y: Scale, time_format: str | None = None, xlabel: str = "step", *,
@@ -203,7 +213,9 @@ def curve_svg(runs: Sequence[Points], evidence: Evidence, marks: Marks, g: Layou
     every = [p for run in runs for p in run]
     lines = [v for line in (*evidence.band, *evidence.best) for _, v in line]
     x = Scale(*_limits([s for s, _ in every]), g.left, g.plot_right)
-    y = Scale(*_limits([v for _, v in every] + lines), g.height - g.bottom, g.top)
+    # the data stays clear of a row at the top (the stop's label) and one per rewind at the foot
+    foot = (g.font + 3) * len(evidence.rewinds) + (4 if evidence.rewinds else 0)
+    y = Scale(*_limits([v for _, v in every] + lines), g.height - g.bottom - foot, g.top + g.font + 6)
     parts = [_svg(g, g.height, "curve", "eval curve"), *_axes(g, x, y)]
     for n, band in enumerate(evidence.band, start=1):
         if band:
@@ -253,7 +265,7 @@ def _attempts(
                           class_="attempt", data_attempt="1")]
     out = []
     for n, run in enumerate(runs, start=1):
-        color = PALETTE[(n - 1) % len(PALETTE)]
+        color = ATTEMPTS[(n - 1) % len(ATTEMPTS)]
         back = rewinds[n - 2] if 1 < n <= len(rewinds) + 1 else None
         if back is not None and back.to_step is not None and back.best_score is not None and run:
             start = (back.to_step, back.best_score)
@@ -283,7 +295,7 @@ def _rewind_marker(r: RewindMark, x: Scale, y: Scale, g: Layout, row: int, rows:
             f'data-correction="{escape(r.correction)}" data-checkpoint="{escape(r.checkpoint or "")}">'
             f'<line x1="{rx}" y1="{g.top}" x2="{rx}" y2="{g.height - g.bottom}" stroke="#9467bd" '
             f'stroke-width="1.5" stroke-dasharray="6 3"/>{dot}'
-            f'<text x="{tx}" y="{ty}" text-anchor="{anchor}" font-size="{g.font}" fill="#6b3fa0">'
+            f'<text x="{tx}" y="{ty}" text-anchor="{anchor}" font-size="{g.font}" fill="#6b3fa0"{HALO}>'
             f'{escape(text)}</text></g>')
 
 
@@ -291,10 +303,10 @@ def _best_marker(step: int, bx: float, by: float, g: Layout) -> str:
     diamond = f"{bx},{by - 9} {bx + 8},{by} {bx},{by + 9} {bx - 8},{by}"
     label = f"best checkpoint (step {step})"
     tx, anchor = _anchor(bx, _text_width(label, g.font), g.left, g.plot_right)
-    ty = by - 13 if by - 13 > g.top + g.font else by + 22  # below the marker when it sits at the top
+    ty = by - 13 if by - 13 > g.top + 2 * g.font + 6 else by + 22  # below it when near the stop's label
     return (f'<g id="{g.id("marker-best")}" data-step="{step}" class="marker-best">'
             f'<polygon points="{diamond}" fill="#2ca02c" stroke="#fff"/>'
-            f'<text x="{tx}" y="{ty}" text-anchor="{anchor}" font-size="{g.font}" fill="#1e7a1e">'
+            f'<text x="{tx}" y="{ty}" text-anchor="{anchor}" font-size="{g.font}" fill="#1e7a1e"{HALO}>'
             f'{label}</text></g>')
 
 
@@ -305,7 +317,7 @@ def _stop_marker(step: int, sx: float, label: str, g: Layout) -> str:
     return (f'<g id="{g.id("marker-stop")}" data-step="{step}" class="marker-stop">'
             f'<line x1="{sx}" y1="{g.top}" x2="{sx}" y2="{g.height - g.bottom}" stroke="#d62728" '
             f'stroke-width="2"/><text x="{tx}" y="{g.top + g.font}" text-anchor="{anchor}" '
-            f'font-size="{g.font}" fill="#d62728">{escape(text)}</text></g>')
+            f'font-size="{g.font}" fill="#d62728"{HALO}>{escape(text)}</text></g>')
 
 
 # -- the savings page's reclaimed GPU-hours -------------------------------------------------------
