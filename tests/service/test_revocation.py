@@ -62,9 +62,9 @@ def _first_refusal(api: Api, token: str, job_id: str, give_up_s: float) -> tuple
     raise AssertionError(f"still accepted {give_up_s} s later")
 
 
-def _alice_cached_on_both(replicas: tuple[Api, Api]) -> tuple[str, str]:
-    """Tenant alice's token and a job of hers, the token cached on both replicas."""
-    token = replicas[0].tenant("alice")
+def _cached_on_both(replicas: tuple[Api, Api], name: str = "alice") -> tuple[str, str]:
+    """A new tenant's token and a job of its, the token cached on both replicas."""
+    token = replicas[0].tenant(name)
     job_id = replicas[0].job(token)["id"]
     for api in replicas:
         assert _score(api, token, job_id) == 200
@@ -75,19 +75,23 @@ def test_a_token_revoked_on_one_replica_is_refused_by_the_other_within_200_ms(
     pg_replicas: tuple[Api, Api]
 ) -> None:
     a, b = pg_replicas
-    token, job_id = _alice_cached_on_both(pg_replicas)
-    _token_call(a, ADMIN, "alice", "revoke", reason="leaked")
-    acknowledged = time.time()
-    refused_at, accepted = _first_refusal(b, token, job_id, CACHE_S)
-    assert refused_at - acknowledged <= PUSH_BOUND_S, (refused_at - acknowledged, accepted)
-    assert _score(a, token, job_id) == 401 and _score(b, token, job_id) == 401
+    delays = []
+    for n in range(5):  # five revocations, each measured (run with -s to see them)
+        token, job_id = _cached_on_both(pg_replicas, f"tenant-{n}")
+        _token_call(a, ADMIN, f"tenant-{n}", "revoke", reason="leaked")
+        acknowledged = time.time()
+        refused_at, accepted = _first_refusal(b, token, job_id, CACHE_S)
+        delays.append(refused_at - acknowledged)
+        assert delays[-1] <= PUSH_BOUND_S, (delays, accepted)
+        assert _score(a, token, job_id) == 401 and _score(b, token, job_id) == 401
+    print(f"revocation to refusal on the other replica: {[round(d * 1000) for d in delays]} ms")
 
 
 def test_an_old_token_in_its_grace_is_refused_by_every_replica_when_the_grace_ends(
     pg_replicas: tuple[Api, Api]
 ) -> None:
     a, b = pg_replicas
-    old, job_id = _alice_cached_on_both(pg_replicas)  # trusted for CACHE_S
+    old, job_id = _cached_on_both(pg_replicas)  # trusted for CACHE_S
     rotated = _token_call(a, ADMIN, "alice", "rotate", grace_s=1.0)
     until = rotated["previous_valid_until"]
     assert _score(b, old, job_id) == 200 and _score(b, rotated["token"], job_id) == 200
@@ -100,7 +104,7 @@ def test_a_replica_that_lost_the_channel_listens_again_and_forgets_what_it_misse
     pg_replicas: tuple[Api, Api], postgres_url: str
 ) -> None:
     a, b = pg_replicas
-    token, job_id = _alice_cached_on_both(pg_replicas)
+    token, job_id = _cached_on_both(pg_replicas)
     watch = b.ctx.watch
     store = open_store(postgres_url, migrate=False)
     try:
