@@ -174,3 +174,14 @@ def test_a_job_that_is_not_running_asks_for_no_eval(api: Api) -> None:
     page = sign_in(api.client, token).get(f"/ui/jobs/{job['id']}").text
     assert "at the next eval opportunity" not in page
     assert re.search(r'id="next-eval-none">none: the job is (stopping|stopped)<', page)
+
+
+def test_a_shadow_rewind_is_shown_as_recorded_not_made(api: Api) -> None:
+    token = api.tenant("acme")
+    job = api.job(token, detector="evalstop:k=2", shadow=True, on_detect="rewind", correction="lr*=0.5")
+    for step, value in ATTEMPTS[0]:
+        assert api.post(token, job["id"], {"step": step, "value": value}).status_code == 200
+    page = sign_in(api.client, token).get(f"/ui/jobs/{job['id']}").text
+    assert re.search(r'id="marker-stop" data-step="40"', _wide(page)) and "shadow rewind (step 40)" in page
+    assert "Shadow rewind (recorded, not enforced)</strong>" in page and 'class="marker-rewind"' not in page
+    assert _row_decision(api, job["id"]) == "shadow rewind at step 40"

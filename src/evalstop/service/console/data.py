@@ -97,15 +97,14 @@ def job_rows(store: Store, tenant: str | None, f: Filters) -> ListPage:
     return ListPage(rows, total, min(f.page, pages), pages, f.per)
 
 
+#: What the list's decision column says for each kind of decision (``listing.DECISION_KINDS``).
+DECISION_TEXTS = {"": "", "rewind": "rewound at step {step}", "shadow rewind": "shadow rewind at step {step}",
+                  "shadow": "shadow stop at step {step}", "detector": "stop at step {step}",
+                  "override": "stop now (override)"}
+
+
 def _decision_text(kind: int, step: int | None) -> str:
-    name = listing.DECISION_KINDS.get(kind, "")
-    if name == "rewind":
-        return f"rewound at step {step}"
-    if name == "override":
-        return "stop now (override)"
-    if name == "detector":
-        return f"stop at step {step}"
-    return f"shadow stop at step {step}" if name == "shadow" else ""
+    return DECISION_TEXTS[listing.DECISION_KINDS.get(kind, "")].format(step=step)
 
 
 def rules_and_tenants(store: Store, tenant: str | None) -> tuple[list[str], list[str]]:
@@ -148,7 +147,8 @@ def job_page(store: Store, job_id: str, tenant: str | None) -> JobPage:
     if job["state"] == "stopped" and not delivered:
         job = {**job, "state": "released"}
         released = next((a for a in reversed(audit) if a["action"] == "release"), {"reason": ""})
-    stops = [d for d in found if d["decision"] != "rewind"]  # the rewinds are drawn from the monitor
+    # the rewinds made are drawn from the stored monitor; a shadow one (not made) is a decision
+    stops = [d for d in found if d["decision"] != "rewind" or d["shadow"]]
     shown = next((d for d in stops if not d["shadow"]), stops[0] if stops else None)
     marker = _marker(shown, evidence.verdict)
     points = [[(e.step, e.score) for e in run] for run in runs]
@@ -176,7 +176,10 @@ def _stored_monitor(saved: Any, detector: Detector, evals: list[Eval]) -> Monito
 
 def _marker(shown: dict[str, Any] | None, verdict: Any) -> dict[str, Any]:
     if shown is not None:
-        label = "shadow stop" if shown["shadow"] else "stop" if shown["source"] == "detector" else "stop now"
+        if shown["shadow"]:
+            label = "shadow rewind" if shown["decision"] == "rewind" else "shadow stop"
+        else:
+            label = "stop" if shown["source"] == "detector" else "stop now"
         return {"best_step": shown["best_step"], "stop_step": shown["step"], "label": label}
     if verdict.stopped:
         return {"best_step": verdict.best_step, "stop_step": verdict.stop_step,

@@ -12,9 +12,9 @@ from .report import delivered
 from .tables import decisions, jobs, rewound_scores, scores, tenants
 
 #: The decision column's sort key is ``(kind, step)``: kind 0 no decision, 1 a rewind (the job
-#: goes on; its latest one is shown), 2 a shadow stop, 3 a stop by the rule, 4 a ``stop_now``
-#: override; then the decision's step, as a number.
-DECISION_KINDS = {0: "", 1: "rewind", 2: "shadow", 3: "detector", 4: "override"}
+#: goes on; its latest one is shown), 2 a shadow rewind, 3 a shadow stop, 4 a stop by the rule, 5
+#: a ``stop_now`` override; then the decision's step, as a number.
+DECISION_KINDS = {0: "", 1: "rewind", 2: "shadow rewind", 3: "shadow", 4: "detector", 5: "override"}
 
 
 class JobFilter(Protocol):
@@ -46,7 +46,7 @@ def _last(column: Any) -> sa.ScalarSelect[Any]:
 def _shown_decision(column: Any) -> sa.ScalarSelect[Any]:
     """``column`` of the decision the list shows: the job's first enforced stop, else its first
     shadow stop, else its latest rewind."""
-    rewind = decisions.c.decision == "rewind"
+    rewind = sa.and_(decisions.c.decision == "rewind", sa.not_(decisions.c.shadow))
     return (sa.select(column).where(decisions.c.job_id == jobs.c.id)
             .order_by(rewind, decisions.c.shadow, sa.case((rewind, -decisions.c.id), else_=decisions.c.id))
             .limit(1).scalar_subquery())
@@ -69,8 +69,9 @@ def job_rows(
     state_now = shown_state()
     state = state_now.label("state")
     last_step, last_value = _last(scores.c.step).label("last_step"), _last(scores.c.value).label("last_value")
-    kind = sa.case((decisions.c.decision == "rewind", 1), (decisions.c.shadow, 2),
-                   (decisions.c.source == "override", 4), else_=3)
+    rewind, shadow_one = decisions.c.decision == "rewind", decisions.c.shadow
+    kind = sa.case((sa.and_(rewind, sa.not_(shadow_one)), 1), (sa.and_(rewind, shadow_one), 2),
+                   (shadow_one, 3), (decisions.c.source == "override", 5), else_=4)
     decision_kind = sa.func.coalesce(_shown_decision(kind), 0).label("decision_kind")
     decision_step = _shown_decision(decisions.c.step).label("decision_step")
     where = _where(tenant, f, shadow, state_now)
