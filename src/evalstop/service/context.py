@@ -22,6 +22,29 @@ from .targets import AdapterRegistry
 from .worker import RetryPolicy, Worker
 
 
+class Changes:
+    """When each tenant's cached state was last dropped (bounded), so that a cache does not keep
+    the answer of a read that began before the drop: that read may predate the change."""
+
+    def __init__(self, max_entries: int) -> None:
+        self.max_entries = max_entries
+        self._at: dict[str, float] = {}
+        self._all = -math.inf  # when every tenant's state was last dropped
+
+    def mark(self, tenant: str) -> None:
+        if len(self._at) >= self.max_entries:
+            self.mark_all()
+        self._at[tenant] = time.monotonic()
+
+    def mark_all(self) -> None:
+        self._at.clear()
+        self._all = time.monotonic()
+
+    def since(self, tenant: str, began: float) -> bool:
+        """Whether ``tenant``'s state was dropped at or after ``began`` (``time.monotonic()``)."""
+        return began <= max(self._at.get(tenant, -math.inf), self._all)
+
+
 class TokenCache:
     """Tenant tokens this replica has seen, by their sha256 (never the token itself), bounded, each
     trusted for ``ttl_s`` seconds after the database last said it was valid, and never past the
@@ -34,8 +57,7 @@ class TokenCache:
     def __init__(self, ttl_s: float = 5.0, max_entries: int = 10_000) -> None:
         self.ttl_s, self.max_entries = ttl_s, max_entries
         self._by_hash: dict[str, tuple[str, float]] = {}  # digest -> (tenant, trusted until)
-        self._forgotten: dict[str, float] = {}  # tenant -> when its entries were last dropped
-        self._cleared_at = -math.inf  # when every entry was last dropped
+        self._changes = Changes(max_entries)
         self._lock = threading.Lock()
 
     def get(self, token: str) -> str | None:
@@ -57,7 +79,7 @@ class TokenCache:
         the tenant's entries were dropped since ``checked_at``: the read may predate the change."""
         trusted = self.ttl_s if valid_for_s is None else min(self.ttl_s, valid_for_s)
         with self._lock:
-            if checked_at <= max(self._forgotten.get(tenant, -math.inf), self._cleared_at):
+            if self._changes.since(tenant, checked_at):
                 return
             if len(self._by_hash) >= self.max_entries:
                 self._by_hash.clear()
@@ -66,17 +88,14 @@ class TokenCache:
     def forget_tenant(self, tenant: str) -> None:
         """Drop every cached token of ``tenant`` (its token was rotated or revoked)."""
         with self._lock:
-            if len(self._forgotten) >= self.max_entries:
-                self._forgotten.clear()
-                self._cleared_at = time.monotonic()
-            self._forgotten[tenant] = time.monotonic()
+            self._changes.mark(tenant)
             for digest in [d for d, (t, _) in self._by_hash.items() if t == tenant]:
                 del self._by_hash[digest]
 
     def clear(self) -> None:
         """Drop every entry (changes may have been missed)."""
         with self._lock:
-            self._cleared_at = time.monotonic()
+            self._changes.mark_all()
             self._by_hash.clear()
 
 
@@ -89,12 +108,14 @@ class Policy:
 
 
 class PolicyCache:
-    """Tenants' scopes and quotas, read from the database at most every ``ttl_s`` seconds per
-    tenant (an operator's change reaches every replica within that time)."""
+    """Tenants' scopes and quotas, each trusted ``ttl_s`` seconds after it was read; dropped at
+    once when the tenant changes (:meth:`forget`, as :class:`TokenCache`), so ``ttl_s`` bounds
+    only a replica that did not hear of the change."""
 
     def __init__(self, store: Store, defaults: FairLimits, ttl_s: float) -> None:
         self.store, self.defaults, self.ttl_s = store, defaults, ttl_s
-        self._items: dict[str, tuple[Policy, float]] = {}
+        self._items: dict[str, tuple[Policy, float]] = {}  # tenant -> (policy, read at)
+        self._changes = Changes(100_000)
         self._lock = threading.Lock()
 
     def cached(self, tenant: str) -> Policy | None:
@@ -103,24 +124,28 @@ class PolicyCache:
         return found[0] if found is not None and time.monotonic() - found[1] < self.ttl_s else None
 
     def load(self, tenant: str) -> Policy:
+        began = time.monotonic()
         scope, quota = tenant_policy(self.store, tenant)
         policy = Policy(parse_scope(scope, stored=True), effective(quota, self.defaults))
         with self._lock:
-            if len(self._items) > 100_000:
-                self._items.clear()
-            self._items[tenant] = (policy, time.monotonic())
+            if not self._changes.since(tenant, began):
+                if len(self._items) > 100_000:
+                    self._items.clear()
+                self._items[tenant] = (policy, began)
         return policy
 
     def get(self, tenant: str) -> Policy:
         return self.cached(tenant) or self.load(tenant)
 
     def forget(self, tenant: str) -> None:
-        """Drop ``tenant``'s policy: the next request reads it (an operator just changed it)."""
+        """Drop ``tenant``'s policy: the next request reads it (it just changed)."""
         with self._lock:
+            self._changes.mark(tenant)
             self._items.pop(tenant, None)
 
     def clear(self) -> None:
         with self._lock:
+            self._changes.mark_all()
             self._items.clear()
 
 
