@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from collections.abc import Callable
@@ -13,7 +14,7 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-f
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 ADMIN = "admin-token-for-the-console-tests"
 ROOT = Path(__file__).resolve().parents[2]
-ARTEFACTS = ROOT / "results" / "console"
+ARTEFACTS = Path(os.environ.get("EVALSTOP_SCREENSHOTS", ROOT / "results" / "console"))
 
 
 def free_port() -> int:
@@ -32,7 +33,8 @@ def wait_for(predicate: Callable[[], bool], timeout_s: float = 20.0, what: str =
 
 
 def screenshot(page: Any, name: str) -> Path:
-    """Save a full-page screenshot under results/console/ (git-ignored test artefacts)."""
+    """Save a full-page screenshot under results/console/ (git-ignored test artefacts), or under
+    ``$EVALSTOP_SCREENSHOTS``."""
     ARTEFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTEFACTS / name
     page.screenshot(path=str(path), full_page=True)

@@ -7,10 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
-
-from evalstop.detectors import Eval, Monitor, OnDetect
-from evalstop.service.store.tables import jobs
 
 from ._support import ADMIN, screenshot, wait_for
 
@@ -131,7 +127,7 @@ def test_a_stopped_jobs_curve_has_both_markers_at_the_decisions_steps(page: Any,
     assert decision["source"] == "detector" and not decision["shadow"]
     assert page.get_attribute("#marker-best", "data-step") == str(decision["best_step"])
     assert page.get_attribute("#marker-stop", "data-step") == str(decision["step"])
-    counted = page.eval_on_selector_all("circle.counted", "cs => cs.map(c => Number(c.dataset.step))")
+    counted = page.eval_on_selector_all("#curve circle.counted", "cs => cs.map(c => Number(c.dataset.step))")
     assert len(counted) == 3 and max(counted) == decision["step"]  # k=3 declines, the last one at the stop
     assert page.inner_text("#job-state") == "stopped"
     phases = page.eval_on_selector_all("#delivery-history tbody td:nth-child(2)",
@@ -366,42 +362,112 @@ def test_a_released_job_shows_as_released_and_adds_nothing_to_reclaimed(page: An
     assert row.locator(".n-released").inner_text() == str(after["released_jobs"])
 
 
-def test_a_rewound_job_is_drawn_in_segments_with_its_rewinds(page: Any, world: World) -> None:
-    """Issue 23: a job whose monitor rewound is drawn as one segment per attempt, each rewind
-    marked with its checkpoint step and correction; the monitor is stored as ingest stores it."""
-    job = world._job(world.a, "a-olmo-grpo-rewound", detector="evalstop:k=3,against=best", gpus=4)
-    r = world.http.put(f"/v1/jobs/{job}/override", json={"override": "never_stop", "reason": "rewinds"},
-                       headers=world.auth(world.a))
-    assert r.status_code == 200, r.text
-    monitor = Monitor("evalstop:k=3,against=best",
-                      policy=OnDetect(on_detect="rewind", max_rewinds=1, correction="kl_coef*=2"))
-    curve: list[dict[str, Any]] = []
-    for e in hacked_curve(30, 14):  # the first attempt, up to the detection
-        curve.append(e)
-        monitor.observe(Eval(e["step"], e["value"]), e["checkpoint_uri"])
-        if monitor.action == "rewind":
-            break
-    best, step = monitor.rewind().best_score, curve[-1]["step"]
-    assert best is not None
-    for i in range(1, 15):  # after the rewind: a little higher, then it falls again (k=3 fires)
-        at, value = step + 100 * i, round(best + 0.004 * min(i, 6) - 0.03 * max(0, i - 6), 4)
-        curve.append({"step": at, "value": value, "checkpoint_uri": f"s3://ckpt/run/{at}"})
-        monitor.observe(Eval(at, value), curve[-1]["checkpoint_uri"])
-    assert [e["event"] for e in monitor.log] == ["detect", "rewind", "detect", "stop"]
-    world._post(world.a, job, curve)
-    engine = sa.create_engine(f"sqlite:///{world.down.parent / 'evalstop.db'}")
-    with engine.begin() as conn:
-        conn.execute(sa.update(jobs).where(jobs.c.id == job).values(monitor_state=monitor.to_json()))
-    engine.dispose()
-    sign_in(page, world, world.a["token"], "alice")
-    page.goto(f"{world.base}/ui/jobs/{job}")
-    attempts = page.eval_on_selector_all("#curve polyline.attempt", "ps => ps.map(p => p.dataset.attempt)")
-    assert attempts == ["1", "2"]
-    rewind = monitor.log[1]
-    mark = page.locator("#curve g.marker-rewind")
-    assert mark.get_attribute("data-step") == str(rewind["step"])
-    assert mark.get_attribute("data-to-step") == str(rewind["to_step"])
-    assert mark.get_attribute("data-correction") == "kl_coef*=2"
-    assert mark.locator("text").text_content() == f"rewind 1 to step {rewind['to_step']} (kl_coef*=2)"
-    assert "Rewind 1" in page.inner_text("[data-live=decision]")
-    screenshot(page, "job-rewind.png")
+def _attempt(start: int, base: float) -> list[tuple[int, float]]:
+    """One attempt from ``start``: six evals rising from ``base``, then four falling (k=3 fires)."""
+    rise = [(start + 100 * i, round(base + 0.02 * i + 0.003 * math.sin(i), 4)) for i in range(1, 7)]
+    top = rise[-1][1]
+    return rise + [(rise[-1][0] + 100 * i, round(top - 0.025 * i, 4)) for i in range(1, 5)]
+
+
+def rewound_job(world: World, name: str, rewinds: int, stopped: bool) -> tuple[str, list[dict[str, Any]]]:
+    """A job that the service rewound ``rewinds`` times (posting through the API as a training
+    job would: each attempt from the step it went back to); then stopped by the rule, or running
+    a few evals into its next attempt. Returns the job id and its decisions."""
+    job = world._job(world.a, name, detector="evalstop:k=3,against=best", gpus=4, on_detect="rewind",
+                     max_rewinds=rewinds, correction="kl_coef*=2")
+    start, base = 0, 0.40
+    for n in range(rewinds + 1):
+        curve = _attempt(start, base)
+        if n == rewinds and not stopped:
+            curve = curve[:4]  # the current attempt, still rising
+        for step, value in curve:
+            r = world.http.post(f"/v1/jobs/{job}/scores", headers=world.auth(world.a), json={
+                "step": step, "value": value, "attempt": n, "checkpoint_uri": f"s3://ckpt/{name}/{n}/{step}"})
+            assert r.status_code == 200, r.text
+            reply = r.json()
+            if reply["decision"] in ("rewind", "stop") and reply["decided_now"]:
+                break
+        if n < rewinds:
+            assert reply["decision"] == "rewind", reply
+            start, base = reply["rewind"]["to_step"], value + 0.05
+    state = "stopped" if stopped else "running"
+    wait_for(lambda: world.get(world.a, f"/v1/jobs/{job}")["state"] == state, 20, f"the job to be {state}")
+    return job, world.get(world.a, f"/v1/jobs/{job}/decisions")
+
+
+def _shown_chart(page: Any) -> str:
+    """The id of the curve drawing this screen shows (wide or narrow)."""
+    return str(page.evaluate("""() => [...document.querySelectorAll('svg[aria-label="eval curve"]')]
+        .find(s => s.getBoundingClientRect().width > 0).id"""))
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+@pytest.mark.parametrize(("rewinds", "stopped"), [(1, False), (1, True), (2, False), (2, True)])
+def test_a_rewound_job_is_drawn_from_its_stored_rewinds(
+    browser: Any, world: World, rewinds: int, stopped: bool, width: int
+) -> None:
+    """One segment per attempt, a marker per rewind with its step and correction, the final stop
+    marked and no stop marker while the job runs; at 390 px the chart's text is 10 px or more."""
+    name = f"a-olmo-{rewinds}-rewinds-{'stopped' if stopped else 'running'}-{width}"
+    job, decisions = rewound_job(world, name, rewinds, stopped)
+    assert [d["decision"] for d in decisions] == ["rewind"] * rewinds + (["stop"] if stopped else [])
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    try:
+        page = context.new_page()
+        sign_in(page, world, world.a["token"], "alice")
+        row = page.locator(f"#job-rows tr[data-job-id='{job}'] .decision").inner_text()
+        last = decisions[-1]
+        assert row == (f"stop at step {last['step']}" if stopped else f"rewound at step {last['step']}")
+        page.goto(f"{world.base}/ui/jobs/{job}")
+        chart = _shown_chart(page)
+        assert chart == ("curve" if width == 1280 else "narrow-curve")
+        attempts = page.eval_on_selector_all(f"#{chart} polyline.attempt",
+                                             "ps => ps.map(p => p.dataset.attempt)")
+        assert attempts == [str(n) for n in range(1, rewinds + 2)]
+        marks = page.eval_on_selector_all(f"#{chart} g.marker-rewind", """gs => gs.map(g =>
+            [g.dataset.step, g.dataset.toStep, g.dataset.correction, g.querySelector('text').textContent])""")
+        assert marks == [[str(d["step"]), str(d["best_step"]), "kl_coef*=2",
+                          f"rewind {i} to step {d['best_step']} (kl_coef*=2)"]
+                         for i, d in enumerate(decisions[:rewinds], start=1)]
+        stop = page.locator(f"#{chart} g.marker-stop")
+        if stopped:
+            assert stop.get_attribute("data-step") == str(last["step"])
+            assert stop.locator("text").text_content() == f"stop (step {last['step']})"
+        else:
+            assert stop.count() == 0
+        decision = page.inner_text("[data-live=decision]")
+        assert decision.count("Rewind ") == rewinds and "override" not in decision
+        assert ("by the rule at step" in decision) == stopped
+        assert "next eval opportunity" not in page.inner_text("#next-eval") or not stopped
+        texts = page.evaluate("""id => { const svg = document.getElementById(id);
+            const k = svg.getBoundingClientRect().width / svg.viewBox.baseVal.width;
+            const vb = svg.viewBox.baseVal;
+            return [...svg.querySelectorAll('text')].map(t => { const b = t.getBBox();
+              return [t.textContent, parseFloat(getComputedStyle(t).fontSize) * k,
+                      b.x >= 0 && b.y >= 0 && b.x + b.width <= vb.width
+                      && b.y + b.height <= vb.height]; }); }""",
+                              chart)
+        small = [(t, round(px, 1)) for t, px, _ in texts if px < 10]
+        assert small == [], small
+        outside = [t for t, _, inside in texts if not inside]
+        assert outside == [], outside
+        assert _overflow(page) <= 0
+        screenshot(page, f"rewind-{rewinds}-{'stopped' if stopped else 'running'}-{width}.png")
+    finally:
+        context.close()
+
+
+def test_rule_names_do_not_break_mid_word_at_390_px(browser: Any, world: World) -> None:
+    world._job(world.a, "a-cusum-watched", detector="cusum", gpus=1)
+    context = browser.new_context(viewport={"width": 390, "height": 844})
+    try:
+        page = context.new_page()
+        sign_in(page, world, world.a["token"], "alice")
+        broken = page.eval_on_selector_all("#job-rows td code", """cs => cs.filter(c => {
+            const r = document.createRange(); r.selectNodeContents(c);
+            return r.getClientRects().length > 1; }).map(c => c.textContent)""")
+        assert broken == []
+        assert "cusum" in page.eval_on_selector_all("#job-rows td code", "cs => cs.map(c => c.textContent)")
+        screenshot(page, "jobs-390.png")
+    finally:
+        context.close()

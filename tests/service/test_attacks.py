@@ -24,7 +24,7 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from evalstop.detectors import REGISTRY
-from evalstop.service import domain
+from evalstop.service import tokens
 from evalstop.service.adapters._base import JobRef, NotOwned
 from evalstop.service.adapters._common import PIN_MARKER
 from evalstop.service.adapters._slurm import check_slurm_owner
@@ -544,8 +544,8 @@ def test_a_cached_token_costs_no_database_read_per_score(
     token = tenant(svc, "alice")
     job_id = svc.job(token)["id"]
     lookups: list[str] = []
-    original = domain.tenant_for_token
-    monkeypatch.setattr(domain, "tenant_for_token", lambda store, t: lookups.append(t) or original(store, t))
+    original = tokens.owner
+    monkeypatch.setattr(tokens, "owner", lambda store, t: lookups.append(t) or original(store, t))
     for _ in range(30):
         assert _score_status(svc, token, job_id) == 200
     assert len(lookups) <= 1  # the job registration cached it; at most one re-check per token_cache_s

@@ -10,7 +10,7 @@ from urllib.parse import parse_qs
 
 import sqlalchemy as sa
 
-from evalstop.detectors import Eval, Monitor, OnDetect
+from evalstop.detectors import Eval, Monitor
 from evalstop.service.store.tables import jobs
 
 from ._support import ADMIN, Api
@@ -102,7 +102,7 @@ def test_the_job_page_shows_the_stored_monitors_next_eval_hint(api: Api) -> None
     with api.ctx.store.transaction() as conn:  # unreadable: rebuilt from the history, the page still shows
         conn.execute(sa.update(jobs).where(jobs.c.id == job["id"]).values(monitor_state={"format": 99}))
     broken = api.client.get(f"/ui/jobs/{job['id']}")
-    assert broken.status_code == 200 and 'id="next-eval-when"' in broken.text  # this history: not fired
+    assert broken.status_code == 200 and 'id="next-eval-none"' in broken.text  # stopping: no eval asked
 
 
 def store_monitor(api: Api, job_id: str, monitor: Monitor) -> None:
@@ -111,40 +111,77 @@ def store_monitor(api: Api, job_id: str, monitor: Monitor) -> None:
         conn.execute(sa.update(jobs).where(jobs.c.id == job_id).values(monitor_state=monitor.to_json()))
 
 
-REWOUND = [(10, 0.50), (20, 0.61), (30, 0.58), (40, 0.57),  # k=2 fires at 40: rewind to 20
-           (50, 0.66), (60, 0.70), (70, 0.64), (80, 0.60),  # after the rewind: fires again at 80
-           (90, 0.62)]
+def _wide(page: str) -> str:
+    """The wide drawing of the job's curve (the narrow one repeats every mark)."""
+    return page.split('id="narrow-curve"')[0]
 
 
-def test_a_rewound_job_is_drawn_as_one_segment_per_attempt(api: Api) -> None:
+def _row_decision(api: Api, job_id: str) -> str:
+    html = api.client.get("/ui/jobs", params={"partial": "rows"}).text
+    row = html.split(f'<tr data-job-id="{job_id}"', 1)[1].split("</tr>", 1)[0]
+    found = re.search(r'<td class="decision">([^<]*)</td>', row)
+    assert found is not None
+    return found.group(1)
+
+
+# k=2 fires at 40 (rewind 1 to step 20); the next attempt reports 30.. again and fires at 60
+# (rewind 2 to step 40, its best); the third fires at 70 with no rewind left: the final stop.
+ATTEMPTS = [[(10, 0.50), (20, 0.61), (30, 0.58), (40, 0.57)],
+            [(30, 0.66), (40, 0.70), (50, 0.64), (60, 0.60)],
+            [(50, 0.72), (60, 0.69), (70, 0.68)]]
+
+
+def test_a_rewound_job_is_drawn_from_its_stored_rewinds(api_any_db: Api) -> None:
+    """Each attempt as the service stored it (the evals a rewind discarded are in rewound_scores),
+    a marker per rewind from the stored monitor, no stop marker while the job runs, the final stop."""
+    api = api_any_db
     token = api.tenant("acme")
-    job = api.job(token, detector="evalstop:k=2")
-    url = f"/v1/jobs/{job['id']}"
-    never = api.client.put(f"{url}/override", json={"override": "never_stop"}, headers=api.as_(token))
-    assert never.is_success
-    scores = [{"step": s, "value": v, "checkpoint_uri": f"s3://ck/{s}"} for s, v in REWOUND[:8]]
-    api.post(token, job["id"], {"scores": scores})
-    monitor = Monitor("evalstop:k=2", policy=OnDetect(on_detect="rewind", max_rewinds=2,
-                                                       correction="kl_coef*=2,lr*=0.5"))
-    for s, v in REWOUND[:8]:
-        monitor.observe(Eval(s, v), f"s3://ck/{s}")
-        if monitor.action == "rewind":
-            monitor.rewind()
-    assert [e["event"] for e in monitor.log] == ["detect", "rewind", "detect", "rewind"]
-    store_monitor(api, job["id"], monitor)
+    job = api.job(token, detector="evalstop:k=2", on_detect="rewind", max_rewinds=2, correction="kl_coef*=2")
+    url = f"/ui/jobs/{job['id']}"
     sign_in(api.client, token)
-    page = api.client.get(f"/ui/jobs/{job['id']}").text
-    segments = re.findall(r'<polyline points="([^"]+)"[^>]*id="evals-(\d)"', page)
-    assert [(len(p.split()), n) for p, n in segments] == [(4, "1"), (4, "2")]
+    for n, attempt in enumerate(ATTEMPTS):
+        for step, value in attempt[:-1] if n == 2 else attempt:
+            body = {"step": step, "value": value, "checkpoint_uri": f"s3://ck/{n}/{step}", "attempt": n}
+            assert api.post(token, job["id"], body).status_code == 200
+    page = api.client.get(url).text
+    segments = re.findall(r'<polyline points="([^"]+)"[^>]*id="evals-(\d)"', _wide(page))
+    assert [(len(p.split()), n) for p, n in segments] == [(4, "1"), (4, "2"), (2, "3")]
     marks = re.findall(r'class="marker-rewind" data-step="(\d+)" data-to-step="(\d+)" '
-                       r'data-correction="([^"]*)" data-checkpoint="([^"]*)"', page)
-    assert marks == [("40", "20", "kl_coef*=2,lr*=0.5", "s3://ck/20"), ("80", "60", "kl_coef*=2,lr*=0.5",
-                                                                         "s3://ck/60")]
-    assert "rewind 1 to step 20 (kl_coef*=2,lr*=0.5)" in page and "Rewind 2</strong>" in page
-    api.post(token, job["id"], {"scores": [{"step": 90, "value": 0.62}]})  # a third attempt begins
-    monitor.observe(Eval(90, 0.62))
-    store_monitor(api, job["id"], monitor)
-    page = api.client.get(f"/ui/jobs/{job['id']}").text
-    segments = re.findall(r'<polyline points="([^"]+)"[^>]*id="evals-(\d)"', page)
-    assert [n for _, n in segments] == ["1", "2", "3"]
-    assert 'id="evals"' not in page
+                       r'data-correction="([^"]*)" data-checkpoint="([^"]*)"', _wide(page))
+    assert marks == [("40", "20", "kl_coef*=2", "s3://ck/0/20"), ("60", "40", "kl_coef*=2", "s3://ck/1/40")]
+    assert "rewind 2 to step 40 (kl_coef*=2)" in page and "Rewind 2</strong>" in page
+    assert 'id="marker-stop"' not in page and "Stop</strong>" not in page and "stop now" not in page
+    assert 'id="no-decision"' in page and 'id="next-eval-when"' in page
+    assert _row_decision(api, job["id"]) == "rewound at step 60"
+    last = ATTEMPTS[2][-1]
+    body = {"step": last[0], "value": last[1], "attempt": 2}
+    assert api.post(token, job["id"], body).json()["decision"] == "stop"
+    page = api.client.get(url).text
+    assert re.search(r'id="marker-stop" data-step="70"', _wide(page)) and "stop (step 70)" in page
+    assert len(re.findall(r'class="marker-rewind"', _wide(page))) == 2
+    assert page.count("Stop</strong>") == 1 and "by the rule at step 70" in page
+    assert _row_decision(api, job["id"]) == "stop at step 70"
+    assert 'id="next-eval-done"' in page
+
+
+def test_a_job_that_is_not_running_asks_for_no_eval(api: Api) -> None:
+    token = api.tenant("acme")
+    job = api.job(token)
+    api.post(token, job["id"], {"step": 10, "value": 0.5})
+    r = api.client.put(f"/v1/jobs/{job['id']}/override", json={"override": "stop_now", "reason": "x"},
+                       headers=api.as_(token))
+    assert r.status_code == 200
+    page = sign_in(api.client, token).get(f"/ui/jobs/{job['id']}").text
+    assert "at the next eval opportunity" not in page
+    assert re.search(r'id="next-eval-none">none: the job is (stopping|stopped)<', page)
+
+
+def test_a_shadow_rewind_is_shown_as_recorded_not_made(api: Api) -> None:
+    token = api.tenant("acme")
+    job = api.job(token, detector="evalstop:k=2", shadow=True, on_detect="rewind", correction="lr*=0.5")
+    for step, value in ATTEMPTS[0]:
+        assert api.post(token, job["id"], {"step": step, "value": value}).status_code == 200
+    page = sign_in(api.client, token).get(f"/ui/jobs/{job['id']}").text
+    assert re.search(r'id="marker-stop" data-step="40"', _wide(page)) and "shadow rewind (step 40)" in page
+    assert "Shadow rewind (recorded, not enforced)</strong>" in page and 'class="marker-rewind"' not in page
+    assert _row_decision(api, job["id"]) == "shadow rewind at step 40"

@@ -37,6 +37,8 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        if ctx.watch is not None:
+            ctx.watch.start()
         if settings.run_worker:
             ctx.worker.start()
         if pull is not None:
@@ -44,6 +46,8 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
         try:
             yield
         finally:
+            if ctx.watch is not None:
+                ctx.watch.stop()
             if pull is not None:
                 pull.stop()
             ctx.worker.stop()

@@ -2,48 +2,101 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import dataclass, field
 
+from . import tokens
 from .domain import hash_token, tenant_policy
 from .fairness import Limits as FairLimits
 from .fairness import SharedTokenBuckets, TokenBuckets, effective
 from .metrics import ServiceMetrics
+from .revocation import TenantWatch
 from .scopes import TenantScope, parse_scope
 from .settings import ServiceSettings
 from .store import Limits, Store, open_store
 from .store.migrate import require_head
+from .store.notify import can_listen
 from .targets import AdapterRegistry
 from .worker import RetryPolicy, Worker
 
 
+class Changes:
+    """When each tenant's cached state was last dropped (bounded), so that a cache does not keep
+    the answer of a read that began before the drop: that read may predate the change."""
+
+    def __init__(self, max_entries: int) -> None:
+        self.max_entries = max_entries
+        self._at: dict[str, float] = {}
+        self._all = -math.inf  # when every tenant's state was last dropped
+
+    def mark(self, tenant: str) -> None:
+        if len(self._at) >= self.max_entries:
+            self.mark_all()
+        self._at[tenant] = time.monotonic()
+
+    def mark_all(self) -> None:
+        self._at.clear()
+        self._all = time.monotonic()
+
+    def since(self, tenant: str, began: float) -> bool:
+        """Whether ``tenant``'s state was dropped at or after ``began`` (``time.monotonic()``)."""
+        return began <= max(self._at.get(tenant, -math.inf), self._all)
+
+
 class TokenCache:
     """Tenant tokens this replica has seen, by their sha256 (never the token itself), bounded, each
-    trusted for ``ttl_s`` seconds after the database last said it was valid. A token rotated out
-    or revoked on another replica is therefore refused here within ``ttl_s`` (the request after
-    that goes to the database once and caches again), at the cost of one lookup per token per
-    ``ttl_s``, never one per request. A rotation or revocation on this replica forgets at once."""
+    trusted for ``ttl_s`` seconds after the database last said it was valid, and never past the
+    end of a rotation's grace. A rotation or revocation anywhere makes every replica forget the
+    tenant's entries at once (:meth:`forget_tenant`, called by :class:`.revocation.TenantWatch`
+    on PostgreSQL and by the route on this replica); ``ttl_s`` is the bound for a replica that
+    did not hear of it (its listening connection was down). The common request costs a
+    dictionary lookup and a clock read, never a database read."""
 
     def __init__(self, ttl_s: float = 5.0, max_entries: int = 10_000) -> None:
         self.ttl_s, self.max_entries = ttl_s, max_entries
-        self._by_hash: dict[str, tuple[str, float]] = {}
+        self._by_hash: dict[str, tuple[str, float]] = {}  # digest -> (tenant, trusted until)
+        self._changes = Changes(max_entries)
+        self._lock = threading.Lock()
 
     def get(self, token: str) -> str | None:
         found = self._by_hash.get(hash_token(token))
-        return found[0] if found is not None and time.monotonic() - found[1] < self.ttl_s else None
+        return found[0] if found is not None and time.monotonic() < found[1] else None
 
-    def put(self, token: str, tenant: str, checked_at: float) -> None:
+    def load(self, store: Store, token: str) -> str | None:
+        """The tenant of ``token`` as the database says now (cached), or None."""
+        checked_at = time.monotonic()
+        found = tokens.owner(store, token)
+        if found is None:
+            return None
+        self.put(token, found[0], checked_at, found[1])
+        return found[0]
+
+    def put(self, token: str, tenant: str, checked_at: float, valid_for_s: float | None = None) -> None:
         """Cache what the database said at ``checked_at`` (``time.monotonic()`` taken before the
-        read: a rotation that lands during the read is still refused within ``ttl_s``)."""
-        if len(self._by_hash) >= self.max_entries:
-            self._by_hash.clear()
-        self._by_hash[hash_token(token)] = (tenant, checked_at)
+        read) about a token valid for ``valid_for_s`` more seconds (None: no end). Not cached if
+        the tenant's entries were dropped since ``checked_at``: the read may predate the change."""
+        trusted = self.ttl_s if valid_for_s is None else min(self.ttl_s, valid_for_s)
+        with self._lock:
+            if self._changes.since(tenant, checked_at):
+                return
+            if len(self._by_hash) >= self.max_entries:
+                self._by_hash.clear()
+            self._by_hash[hash_token(token)] = (tenant, checked_at + trusted)
 
     def forget_tenant(self, tenant: str) -> None:
-        """Drop every cached token of ``tenant`` (its token was just rotated or revoked here)."""
-        for digest in [d for d, (t, _) in list(self._by_hash.items()) if t == tenant]:
-            self._by_hash.pop(digest, None)
+        """Drop every cached token of ``tenant`` (its token was rotated or revoked)."""
+        with self._lock:
+            self._changes.mark(tenant)
+            for digest in [d for d, (t, _) in self._by_hash.items() if t == tenant]:
+                del self._by_hash[digest]
+
+    def clear(self) -> None:
+        """Drop every entry (changes may have been missed)."""
+        with self._lock:
+            self._changes.mark_all()
+            self._by_hash.clear()
 
 
 @dataclass(frozen=True)
@@ -55,12 +108,14 @@ class Policy:
 
 
 class PolicyCache:
-    """Tenants' scopes and quotas, read from the database at most every ``ttl_s`` seconds per
-    tenant (an operator's change reaches every replica within that time)."""
+    """Tenants' scopes and quotas, each trusted ``ttl_s`` seconds after it was read; dropped at
+    once when the tenant changes (:meth:`forget`, as :class:`TokenCache`), so ``ttl_s`` bounds
+    only a replica that did not hear of the change."""
 
     def __init__(self, store: Store, defaults: FairLimits, ttl_s: float) -> None:
         self.store, self.defaults, self.ttl_s = store, defaults, ttl_s
-        self._items: dict[str, tuple[Policy, float]] = {}
+        self._items: dict[str, tuple[Policy, float]] = {}  # tenant -> (policy, read at)
+        self._changes = Changes(100_000)
         self._lock = threading.Lock()
 
     def cached(self, tenant: str) -> Policy | None:
@@ -69,16 +124,29 @@ class PolicyCache:
         return found[0] if found is not None and time.monotonic() - found[1] < self.ttl_s else None
 
     def load(self, tenant: str) -> Policy:
+        began = time.monotonic()
         scope, quota = tenant_policy(self.store, tenant)
         policy = Policy(parse_scope(scope, stored=True), effective(quota, self.defaults))
         with self._lock:
-            if len(self._items) > 100_000:
-                self._items.clear()
-            self._items[tenant] = (policy, time.monotonic())
+            if not self._changes.since(tenant, began):
+                if len(self._items) > 100_000:
+                    self._items.clear()
+                self._items[tenant] = (policy, began)
         return policy
 
     def get(self, tenant: str) -> Policy:
         return self.cached(tenant) or self.load(tenant)
+
+    def forget(self, tenant: str) -> None:
+        """Drop ``tenant``'s policy: the next request reads it (it just changed)."""
+        with self._lock:
+            self._changes.mark(tenant)
+            self._items.pop(tenant, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._changes.mark_all()
+            self._items.clear()
 
 
 @dataclass
@@ -91,6 +159,17 @@ class ServiceContext:
     policies: PolicyCache
     tokens: TokenCache = field(default_factory=TokenCache)
     buckets: TokenBuckets = field(default_factory=TokenBuckets)
+    #: hears other replicas' token and policy changes (PostgreSQL; None on SQLite)
+    watch: TenantWatch | None = None
+
+    def forget_tenant(self, tenant: str) -> None:
+        """Drop what this replica caches of ``tenant``'s token and policy (it just changed)."""
+        self.tokens.forget_tenant(tenant)
+        self.policies.forget(tenant)
+
+    def forget_all(self) -> None:
+        self.tokens.clear()
+        self.policies.clear()
 
     @classmethod
     def build(cls, settings: ServiceSettings) -> ServiceContext:
@@ -116,5 +195,8 @@ class ServiceContext:
         policies = PolicyCache(store, defaults, settings.policy_cache_s)
         # one bucket per tenant for all replicas on PostgreSQL; SQLite has one process
         buckets = SharedTokenBuckets(store) if store.shared else TokenBuckets()
-        return cls(settings, store, adapters, metrics, worker, policies, buckets=buckets,
-                   tokens=TokenCache(settings.token_cache_s))
+        ctx = cls(settings, store, adapters, metrics, worker, policies, buckets=buckets,
+                  tokens=TokenCache(settings.token_cache_s))
+        if can_listen(store):
+            ctx.watch = TenantWatch(store, ctx.forget_tenant, ctx.forget_all)
+        return ctx

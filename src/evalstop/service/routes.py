@@ -90,11 +90,9 @@ async def get_principal(ctx: Ctx, creds: Credentials) -> Principal:
     known = known_principal(ctx, creds.credentials)
     if known is not None:
         return known
-    checked_at = time.monotonic()
-    tenant = await run_in_threadpool(domain.tenant_for_token, ctx.store, creds.credentials)
+    tenant = await run_in_threadpool(ctx.tokens.load, ctx.store, creds.credentials)
     if tenant is None:
         raise unauthorized
-    ctx.tokens.put(creds.credentials, tenant, checked_at)
     return Principal(tenant)
 
 
@@ -160,7 +158,7 @@ def rotate_token(name: str, body: TokenRotateIn, ctx: Ctx, who: Caller) -> dict[
     The replaced token stays valid ``grace_s`` seconds; the tenant's console sessions end."""
     actor = controls.Actor(who.tenant)
     done = tokens.rotate(ctx.store, name, actor, grace_s=body.grace_s, reason=body.reason)
-    ctx.tokens.forget_tenant(name)  # this replica at once; the others within token_cache_s
+    ctx.tokens.forget_tenant(name)  # this replica at once; the others when they hear (revocation.py)
     return done
 
 

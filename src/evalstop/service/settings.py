@@ -80,8 +80,8 @@ class ServiceSettings(BaseSettings):
     tenant_max_live_jobs: int = Field(default=10_000, ge=0)
     #: Seconds a replica trusts its cached copy of a tenant's scope and quota.
     policy_cache_s: float = Field(default=5.0, ge=0)
-    #: Seconds a replica trusts that a tenant token it has seen is still valid: a rotated-out or
-    #: revoked token is refused by every replica within this bound (docs/service.md, "Tokens").
+    #: Seconds a replica trusts that a tenant token it has seen is still valid when it has not heard
+    #: of a change (its listening connection was down; docs/service.md, "Tokens").
     token_cache_s: float = Field(default=5.0, ge=0, le=3600)
 
     @field_validator("database_url")

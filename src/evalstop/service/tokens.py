@@ -2,7 +2,8 @@
 optional grace) and revoke (the token is no one's). An operator acts on any tenant, a tenant on
 its own token only. Each change is audited (``token_events``) and ends the tenant's console
 sessions, in one transaction; a console sign-out is audited there too (``console/auth.py``).
-Replicas refuse the old token within ``token_cache_s`` (docs/service.md, "Tokens")."""
+Every replica hears of a change at once and forgets the tenant's cached tokens (:mod:`.revocation`);
+``token_cache_s`` bounds how long a replica that missed it trusts them (docs/service.md, "Tokens")."""
 
 from __future__ import annotations
 
@@ -20,6 +21,17 @@ MAX_GRACE_S = 86_400.0
 
 def new_token() -> str:
     return "es_" + secrets.token_urlsafe(32)
+
+
+def owner(store: Store, token: str) -> tuple[str, float | None] | None:
+    """``(tenant, seconds it stays valid)`` of a tenant token (None: no end, it is the current one;
+    a number: it is in a rotation's grace), or None if it is no one's."""
+    now = store.clock()
+    found = tenant_store.token_owner(store, hash_token(token), now)
+    if found is None:
+        return None
+    tenant, until = found
+    return tenant, None if until is None else until - now
 
 
 def authorize(actor: Actor, name: str, action: str) -> None:

@@ -11,8 +11,8 @@ from typing import Any
 from ...detectors import Detector, Eval, Monitor, NextEval, parse_spec
 from .. import controls, domain
 from ..store import Store, listing
-from .charts import curve_svg
-from .evidence import explain
+from .charts import curve_charts
+from .evidence import attempts, drawn
 
 STATES = ("running", "stopping", "stopped", "released", "stop_failed")
 SORTS = ("created", "name", "tenant", "state", "rule", "last_step", "last_value", "decision")
@@ -97,13 +97,14 @@ def job_rows(store: Store, tenant: str | None, f: Filters) -> ListPage:
     return ListPage(rows, total, min(f.page, pages), pages, f.per)
 
 
+#: What the list's decision column says for each kind of decision (``listing.DECISION_KINDS``).
+DECISION_TEXTS = {"": "", "rewind": "rewound at step {step}", "shadow rewind": "shadow rewind at step {step}",
+                  "shadow": "shadow stop at step {step}", "detector": "stop at step {step}",
+                  "override": "stop now (override)"}
+
+
 def _decision_text(kind: int, step: int | None) -> str:
-    name = listing.DECISION_KINDS.get(kind, "")
-    if name == "override":
-        return "stop now (override)"
-    if name == "detector":
-        return f"stop at step {step}"
-    return f"shadow stop at step {step}" if name == "shadow" else ""
+    return DECISION_TEXTS[listing.DECISION_KINDS.get(kind, "")].format(step=step)
 
 
 def rules_and_tenants(store: Store, tenant: str | None) -> tuple[list[str], list[str]]:
@@ -137,18 +138,23 @@ def job_page(store: Store, job_id: str, tenant: str | None) -> JobPage:
     evals = [Eval(r["step"], r["value"], r["progress"], r["loss"]) for r in rows]
     detector = parse_spec(job["detector"])
     monitor = _stored_monitor(saved, detector, evals)
-    evidence = explain(detector, evals, monitor.policy, monitor.rewinds)
+    rewound = listing.rewound(store, job_id, job["metric"]) if monitor.rewinds else []
+    runs = attempts(evals, rewound, monitor.rewinds)
+    evidence = drawn(detector, runs, monitor)
     found = domain.list_decisions(store, job_id, tenant)
     audit = controls.list_audit(store, job_id, tenant)
     released = None
     if job["state"] == "stopped" and not delivered:
         job = {**job, "state": "released"}
         released = next((a for a in reversed(audit) if a["action"] == "release"), {"reason": ""})
-    shown = next((d for d in found if not d["shadow"]), found[0] if found else None)
+    # the rewinds made are drawn from the stored monitor; a shadow one (not made) is a decision
+    stops = [d for d in found if d["decision"] != "rewind" or d["shadow"]]
+    shown = next((d for d in stops if not d["shadow"]), stops[0] if stops else None)
     marker = _marker(shown, evidence.verdict)
-    chart = curve_svg([(r["step"], r["value"]) for r in rows], evidence, best_step=marker["best_step"],
-                      stop_step=marker["stop_step"], stop_label=marker["label"])
-    return JobPage(job, found, controls.delivery_history(store, job_id, tenant), audit, chart,
+    points = [[(e.step, e.score) for e in run] for run in runs]
+    chart = curve_charts(points, evidence, best_step=marker["best_step"], stop_step=marker["stop_step"],
+                         stop_label=marker["label"])
+    return JobPage(job, stops, controls.delivery_history(store, job_id, tenant), audit, chart,
                    evidence.verdict, evidence, shown, marker, tenant_shadow, monitor.next_eval(), released)
 
 
@@ -161,13 +167,19 @@ def _stored_monitor(saved: Any, detector: Detector, evals: list[Eval]) -> Monito
     except (ValueError, KeyError, TypeError):
         pass
     monitor = Monitor(detector)
-    monitor.observe_many(evals)
+    try:
+        monitor.observe_many(evals)
+    except (ArithmeticError, ValueError):  # a rule's bug on these scores: the page still shows
+        return Monitor(detector)
     return monitor
 
 
 def _marker(shown: dict[str, Any] | None, verdict: Any) -> dict[str, Any]:
     if shown is not None:
-        label = "shadow stop" if shown["shadow"] else "stop" if shown["source"] == "detector" else "stop now"
+        if shown["shadow"]:
+            label = "shadow rewind" if shown["decision"] == "rewind" else "shadow stop"
+        else:
+            label = "stop" if shown["source"] == "detector" else "stop now"
         return {"best_step": shown["best_step"], "stop_step": shown["step"], "label": label}
     if verdict.stopped:
         return {"best_step": verdict.best_step, "stop_step": verdict.stop_step,

@@ -19,7 +19,7 @@ from .. import controls, domain, reports
 from ..context import ServiceContext
 from ..errors import DomainError, NotFound
 from .auth import LOGIN_COOKIE, SESSION_COOKIE, SESSION_S, ConsoleAuth, Session, csrf_ok
-from .charts import series_svg
+from .charts import series_charts
 from .data import STATES, Filters, job_page, job_rows, live_token, rules_and_tenants
 
 STATIC = {"console.css": "text/css", "console.js": "text/javascript"}
@@ -261,7 +261,7 @@ async def savings(request: Request) -> Response:
     series: dict[str, Sequence[tuple[float, float]]] = {
         t["tenant"]: [(p["t"], p["gpu_hours"]) for p in t["series"]] for t in reclaimed}
     return render("savings.html", session=session, shadow=shadow, reclaimed=reclaimed,
-                  chart=series_svg(series, store.clock()))
+                  chart=series_charts(series, store.clock()))
 
 
 @router.get("/static/{name}")

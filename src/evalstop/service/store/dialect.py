@@ -103,6 +103,10 @@ class Dialect:
         """Take the session-level lock ``key`` on ``conn`` if free (held until it closes)."""
         raise NotImplementedError
 
+    def notify(self, conn: Connection, channel: str, payload: str) -> None:
+        """Tell the other processes on this database ``payload`` on ``channel`` when the caller's
+        transaction commits (:mod:`.notify`); nothing where there are none (SQLite)."""
+
 
 class Sqlite(Dialect):
     name = "sqlite"
@@ -335,6 +339,9 @@ class Postgres(Dialect):
 
     def try_session_lock(self, conn: Connection, key: int) -> bool:
         return bool(conn.execute(sa.text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar())
+
+    def notify(self, conn: Connection, channel: str, payload: str) -> None:
+        conn.execute(sa.text("SELECT pg_notify(:c, :p)"), {"c": channel, "p": payload})
 
 
 #: The key of a PostgreSQL unit's :class:`_Tx` in its connection's ``info``.

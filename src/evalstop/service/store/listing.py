@@ -9,11 +9,12 @@ import sqlalchemy as sa
 
 from .engine import Store
 from .report import delivered
-from .tables import decisions, jobs, scores, tenants
+from .tables import decisions, jobs, rewound_scores, scores, tenants
 
-#: The decision column's sort key is ``(kind, step)``: kind 0 no decision, 1 a shadow stop, 2 a
-#: stop by the rule, 3 a ``stop_now`` override; then the decision's step, as a number.
-DECISION_KINDS = {0: "", 1: "shadow", 2: "detector", 3: "override"}
+#: The decision column's sort key is ``(kind, step)``: kind 0 no decision, 1 a rewind (the job
+#: goes on; its latest one is shown), 2 a shadow rewind, 3 a shadow stop, 4 a stop by the rule, 5
+#: a ``stop_now`` override; then the decision's step, as a number.
+DECISION_KINDS = {0: "", 1: "rewind", 2: "shadow rewind", 3: "shadow", 4: "detector", 5: "override"}
 
 
 class JobFilter(Protocol):
@@ -43,9 +44,12 @@ def _last(column: Any) -> sa.ScalarSelect[Any]:
 
 
 def _shown_decision(column: Any) -> sa.ScalarSelect[Any]:
-    """``column`` of the decision the list shows: the job's first enforced one, else its first."""
+    """``column`` of the decision the list shows: the job's first enforced stop, else its first
+    shadow stop, else its latest rewind."""
+    rewind = sa.and_(decisions.c.decision == "rewind", sa.not_(decisions.c.shadow))
     return (sa.select(column).where(decisions.c.job_id == jobs.c.id)
-            .order_by(decisions.c.shadow, decisions.c.id).limit(1).scalar_subquery())
+            .order_by(rewind, decisions.c.shadow, sa.case((rewind, -decisions.c.id), else_=decisions.c.id))
+            .limit(1).scalar_subquery())
 
 
 def shown_state() -> sa.ColumnElement[Any]:
@@ -65,7 +69,9 @@ def job_rows(
     state_now = shown_state()
     state = state_now.label("state")
     last_step, last_value = _last(scores.c.step).label("last_step"), _last(scores.c.value).label("last_value")
-    kind = sa.case((decisions.c.shadow, 1), (decisions.c.source == "override", 3), else_=2)
+    rewind, shadow_one = decisions.c.decision == "rewind", decisions.c.shadow
+    kind = sa.case((sa.and_(rewind, sa.not_(shadow_one)), 1), (sa.and_(rewind, shadow_one), 2),
+                   (shadow_one, 3), (decisions.c.source == "override", 5), else_=4)
     decision_kind = sa.func.coalesce(_shown_decision(kind), 0).label("decision_kind")
     decision_step = _shown_decision(decisions.c.step).label("decision_step")
     where = _where(tenant, f, shadow, state_now)
@@ -137,3 +143,13 @@ def tenant_shadow(store: Store, tenant: str) -> bool:
     """Whether ``tenant`` is in shadow mode (its jobs' stops are recorded, not enforced)."""
     with store.reading() as conn:
         return bool(conn.execute(sa.select(tenants.c.shadow).where(tenants.c.name == tenant)).scalar())
+
+
+def rewound(store: Store, job_id: str, metric: str) -> list[tuple[int, int, float]]:
+    """``(attempt, step, value)`` of the job's scores of ``metric`` that its rewinds discarded
+    (attempt 0 is the first run), by attempt then step. The caller has authorized the job."""
+    r = rewound_scores.c
+    query = (sa.select(r.attempt, r.step, r.value).where(r.job_id == job_id, r.metric == metric)
+             .order_by(r.attempt, r.step))
+    with store.reading() as conn:
+        return [(int(a), int(s), float(v)) for a, s, v in conn.execute(query).all()]

@@ -11,7 +11,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..errors import Conflict, NotFound
+from .dialect import Dialect
 from .engine import Store
+from .notify import TENANTS
 from .tables import console_sessions, tenants, token_events
 
 
@@ -23,10 +25,12 @@ def create(store: Store, values: Mapping[str, Any]) -> None:
 
 
 def update(store: Store, name: str, **values: Any) -> None:
+    """Change tenant ``name``'s row; every replica hears of it when it commits (:mod:`.notify`)."""
     with store.transaction() as conn:
         done = conn.execute(tenants.update().where(tenants.c.name == name).values(**values))
         if done.rowcount == 0:
             raise NotFound(f"Tenant {name!r} not found.")
+        store.dialect.notify(conn, TENANTS, name)
 
 
 def policy(store: Store, name: str) -> tuple[Any, Any]:
@@ -40,20 +44,32 @@ def policy(store: Store, name: str) -> tuple[Any, Any]:
 
 
 def for_token_hash(store: Store, digest: str, now: float, *, grace: bool = True) -> str | None:
-    """The tenant whose token has this sha256, or None (compared in constant time). A revoked
-    token is no one's; a token replaced by a rotation is still its tenant's until the end of the
-    rotation's grace (``grace``; the console does not accept it at sign-in)."""
+    """The tenant whose token has this sha256, or None (see :func:`token_owner`)."""
+    found = token_owner(store, digest, now, grace=grace)
+    return None if found is None else found[0]
+
+
+def token_owner(
+    store: Store, digest: str, now: float, *, grace: bool = True
+) -> tuple[str, float | None] | None:
+    """``(tenant, valid_until)`` of the token with this sha256 (``valid_until`` None: no end), or
+    None (compared in constant time). A revoked token is no one's; a token replaced by a rotation
+    is still its tenant's until the end of the rotation's grace (``grace``; the console does not
+    accept it at sign-in)."""
     valid = sa.and_(tenants.c.token_hash == digest, tenants.c.token_revoked_at.is_(None))
     if grace:
         valid = sa.or_(valid, sa.and_(tenants.c.previous_token_hash == digest,
                                       tenants.c.previous_valid_until > now))
     with store.reading() as conn:
-        found = conn.execute(sa.select(tenants.c.name, tenants.c.token_hash, tenants.c.previous_token_hash)
-                             .where(valid)).first()
+        found = conn.execute(sa.select(tenants.c.name, tenants.c.token_hash, tenants.c.previous_token_hash,
+                                       tenants.c.previous_valid_until).where(valid)).first()
     if found is None:
         return None
-    stored = found.token_hash if found.token_hash == digest else (found.previous_token_hash or "")
-    return str(found.name) if hmac.compare_digest(stored, digest) else None
+    current = found.token_hash == digest
+    stored = found.token_hash if current else (found.previous_token_hash or "")
+    if not hmac.compare_digest(stored, digest):
+        return None
+    return str(found.name), None if current else float(found.previous_valid_until)
 
 
 def rotate_token(
@@ -70,7 +86,8 @@ def rotate_token(
               "previous_valid_until": sa.case((live, now + grace_s), else_=None) if keep else None}
     with store.transaction() as conn:
         kept = conn.execute(sa.select(live).where(tenants.c.name == name)).scalar()
-        _change_token(conn, name, now, values, {**event, "grace_s": grace_s if keep and kept else 0.0})
+        grace = grace_s if keep and kept else 0.0
+        _change_token(conn, store.dialect, name, now, values, {**event, "grace_s": grace})
     return now + grace_s if keep and kept else None
 
 
@@ -79,17 +96,18 @@ def revoke_token(store: Store, name: str, event: Mapping[str, Any]) -> float:
     now = store.clock()
     values = {"token_revoked_at": now, "previous_token_hash": None, "previous_valid_until": None}
     with store.transaction() as conn:
-        _change_token(conn, name, now, values, {**event, "grace_s": 0.0})
+        _change_token(conn, store.dialect, name, now, values, {**event, "grace_s": 0.0})
     return float(now)
 
 
-def _change_token(conn: Connection, name: str, now: float, values: Mapping[str, Any],
+def _change_token(conn: Connection, dialect: Dialect, name: str, now: float, values: Mapping[str, Any],
                   event: Mapping[str, Any]) -> None:
     """Set the token columns, record ``event`` and end the tenant's console sessions (in the
-    caller's transaction)."""
+    caller's transaction); every replica hears of it when it commits (:mod:`.notify`)."""
     done = conn.execute(tenants.update().where(tenants.c.name == name).values(**values))
     if done.rowcount == 0:
         raise NotFound(f"Tenant {name!r} not found.")
+    dialect.notify(conn, TENANTS, name)
     conn.execute(token_events.insert().values(tenant=name, created_at=now, **event))
     conn.execute(console_sessions.update()
                  .where(console_sessions.c.tenant == name, console_sessions.c.revoked_at.is_(None))
