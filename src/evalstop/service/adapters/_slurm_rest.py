@@ -22,7 +22,8 @@ from evalstop.service.adapters._common import (
     setting_str,
     write_pin_marker,
 )
-from evalstop.service.adapters._slurm import TERMINAL, Result, check_slurm_owner, classify, slurm_job_id
+from evalstop.service.adapters._slurm import TERMINAL, Result, classify, slurm_job_id
+from evalstop.service.adapters._slurm_submit import check_slurm_owner
 
 
 class SlurmRestAdapter(EnforcementAdapter):
