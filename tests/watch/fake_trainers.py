@@ -88,14 +88,18 @@ def _openrlhf_save(save_dir: Path, tag: str, step: int, metric: float | None) ->
         regular = [d for d in save_dir.iterdir() if d.is_dir() and not d.name.startswith("best")]
         if len(regular) - KEEP + 1 <= 0:
             break
-        def key(d: Path) -> tuple[bool, float, float]:
-            m = json.loads((d / "metric.json").read_text())["metric_value"] if (d / "metric.json").exists() else None
-            return (m is not None, m if m is not None else float("-inf"), d.stat().st_mtime)
-        shutil.rmtree(min(regular, key=key))
+        shutil.rmtree(min(regular, key=_eviction_order))
     weights(save_dir / tag, step)  # model.save_checkpoint(save_dir, tag=tag, save_latest=True)
     (save_dir / "latest").write_text(tag)
     (save_dir / tag / "metric.json").write_text(json.dumps({"metric_key": "eval_gsm8k_pass1",
                                                              "metric_value": metric}))
+
+
+def _eviction_order(d: Path) -> tuple[bool, float, float]:
+    """No metric first, then the worst metric, then the oldest (DeepspeedStrategy.save_ckpt)."""
+    path = d / "metric.json"
+    m = json.loads(path.read_text())["metric_value"] if path.exists() else None
+    return (m is not None, m if m is not None else float("-inf"), d.stat().st_mtime)
 
 
 def nemo_rl(root: Path, curve: list[float], pause: float) -> None:

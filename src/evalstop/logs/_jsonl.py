@@ -65,7 +65,8 @@ class JsonlReader(LogReader):
         values: Any = row.get(self.values_key) if isinstance(row, dict) and self.values_key else row
         if not isinstance(values, dict) or not isinstance(row, dict):
             return None
-        self._names.update(k for k, v in values.items() if _is_number(v))
+        own = values is not row  # the step field is not a metric
+        self._names.update(k for k, v in values.items() if _is_number(v) and (own or k != self.step_key))
         value, step = values.get(self.metric), row.get(self.step_key)
         if not _is_number(value) or not isinstance(step, int) or isinstance(step, bool):
             return None

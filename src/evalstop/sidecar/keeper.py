@@ -99,6 +99,12 @@ class BestKeeper:
                           f"was not saved){kept}")
 
     def _keep(self, step: int, value: float, path: Path) -> None:
+        try:
+            self._link(step, value, path)
+        except OSError as exc:  # a full disk, a foreign best/: say so, keep watching
+            self.on_event(f"cannot keep step {step}'s checkpoint {path} in {self.dir / BEST_LINK}: {exc}")
+
+    def _link(self, step: int, value: float, path: Path) -> None:
         name = f"{COPY_PREFIX}{step}"
         tmp = self.dir / f"{name}.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
