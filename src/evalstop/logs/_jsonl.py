@@ -13,7 +13,7 @@ import logging
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from ._record import LogReader, ScoreRecord
+from ._record import LogReader, ScoreRecord, read_from, whole_lines
 
 log = logging.getLogger("evalstop.logs.jsonl")
 
@@ -37,15 +37,7 @@ class JsonlReader(LogReader):
         return sorted(self._names)
 
     def read(self) -> list[ScoreRecord]:
-        try:
-            if self.path.stat().st_size <= self._offset:
-                return []
-            with self.path.open("rb") as fh:
-                fh.seek(self._offset)
-                buf = fh.read()
-        except OSError:
-            return []
-        complete = buf[: buf.rfind(b"\n") + 1]
+        complete = whole_lines(read_from(self.path, self._offset))
         self._offset += len(complete)
         out = []
         for line in complete.splitlines():

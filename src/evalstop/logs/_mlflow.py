@@ -13,7 +13,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from ._record import LogReader, ScoreRecord
+from ._record import LogReader, ScoreRecord, read_from, whole_lines
 
 log = logging.getLogger("evalstop.logs.mlflow")
 RUN_MARK = "meta.yaml"
@@ -58,15 +58,7 @@ class MlflowFileReader(LogReader):
         if run is None:
             return []
         path = run / "metrics" / self.metric
-        try:
-            if path.stat().st_size <= self._offset:
-                return []
-            with path.open("rb") as fh:
-                fh.seek(self._offset)
-                buf = fh.read()
-        except OSError:
-            return []
-        complete = buf[: buf.rfind(b"\n") + 1]
+        complete = whole_lines(read_from(path, self._offset))
         self._offset += len(complete)
         out = []
         for line in complete.decode("utf-8", "replace").splitlines():

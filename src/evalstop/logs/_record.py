@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -44,3 +45,21 @@ class LogReader(ABC):
     @abstractmethod
     def location(self) -> str:
         """Where the reader looks, for messages."""
+
+
+def read_from(path: Path, offset: int) -> bytes:
+    """The bytes of ``path`` after ``offset`` (empty when there are none or it cannot be read:
+    not written yet, or removed between listing and reading)."""
+    try:
+        if path.stat().st_size <= offset:
+            return b""
+        with path.open("rb") as fh:
+            fh.seek(offset)
+            return fh.read()
+    except OSError:
+        return b""
+
+
+def whole_lines(buf: bytes) -> bytes:
+    """``buf`` up to its last newline: a line still being written waits for the next read."""
+    return buf[: buf.rfind(b"\n") + 1]

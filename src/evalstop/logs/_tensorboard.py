@@ -6,7 +6,7 @@ import logging
 import os
 from pathlib import Path
 
-from ._record import LogReader, ScoreRecord
+from ._record import LogReader, ScoreRecord, read_from
 from ._tfrecord import event_scalars, split_records
 
 log = logging.getLogger("evalstop.logs.tensorboard")
@@ -57,15 +57,7 @@ class TensorBoardReader(LogReader):
 
     def _read_file(self, path: Path) -> list[ScoreRecord]:
         offset = self._offsets.get(path, 0)
-        try:
-            if path.stat().st_size <= offset:
-                return []
-            with path.open("rb") as fh:
-                fh.seek(offset)
-                buf = fh.read()
-        except OSError as exc:  # removed between listing and reading
-            log.debug("%s unreadable: %s", path, exc)
-            return []
+        buf = read_from(path, offset)
         records, used = split_records(buf)
         self._offsets[path] = offset + used
         out = []
