@@ -8,7 +8,10 @@ eval, waits a random fraction of a poll, then appends one lower eval (an ``Event
 the same writer) and notes the time. The child notes when SIGTERM reaches it. Latency = SIGTERM
 time - write time. Then one more sidecar watches the file with nothing new for ``--idle-s``
 seconds: its CPU time over that window (``/proc/<pid>/stat`` utime + stime) as % of one core.
-Also printed: how long the sidecar takes to read the whole file the first time.
+Also printed: how long the sidecar takes from its start to its decision on the file's last
+eval (``first_read_s``: Python start, imports, the child's start and the read), and how long the
+reader alone takes to read the whole file in this process (``read_all_s``). CPU time is counted
+in clock ticks (10 ms), so ``idle_cpu_s`` 0 means less than one tick over the window.
 
     .venv/bin/python bench/watch_cost.py                       # 20 trials, 30 s idle
     .venv/bin/python bench/watch_cost.py --trials 3 --idle-s 3 --scalars 2000 --json
@@ -117,6 +120,17 @@ def trial(base: Path, last: int, record: bytes, tmp: Path, poll: float | None,
     return {"latency_s": float(child_file.read_text()) - written, "first_read_s": caught_up - start}
 
 
+def read_all_s(base: Path) -> float:
+    """Seconds ``TensorBoardReader`` takes to read the whole file once, in this process."""
+    from evalstop.logs import TensorBoardReader
+
+    start = time.perf_counter()
+    records = TensorBoardReader(base.parent, "eval/score").read()
+    elapsed = time.perf_counter() - start
+    assert records, "no eval read"
+    return elapsed
+
+
 def idle_cpu(base: Path, last: int, tmp: Path, idle_s: float) -> float:
     logdir = tmp / "idle"
     logdir.mkdir()
@@ -129,7 +143,7 @@ def idle_cpu(base: Path, last: int, tmp: Path, idle_s: float) -> float:
     used = _cpu_s(proc.pid) - before
     proc.send_signal(signal.SIGINT)  # forwarded to the child, which ends; then the sidecar
     proc.wait(timeout=30)
-    return 100.0 * used / idle_s
+    return used
 
 
 def _cpu_s(pid: int) -> float:
@@ -162,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
         file_mib = round(base.stat().st_size / 2**20, 2)
         record = deciding_record(tmp, last + 1)
         trials = [trial(base, last, record, tmp, args.poll, rng) for _ in range(args.trials)]
-        cpu = idle_cpu(base, last, tmp, args.idle_s)
+        cpu_s = idle_cpu(base, last, tmp, args.idle_s)
+        read_s = read_all_s(base)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     latencies = [t["latency_s"] for t in trials]
@@ -172,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         "latency_p50_s": round(statistics.median(latencies), 3),
         "latency_p99_s": round(percentile(latencies, 0.99), 3), "latency_max_s": round(max(latencies), 3),
         "first_read_s": round(statistics.median(t["first_read_s"] for t in trials), 3),
-        "idle_s": args.idle_s, "idle_cpu_pct": round(cpu, 3),
+        "read_all_s": round(read_s, 3), "idle_s": args.idle_s, "idle_cpu_s": round(cpu_s, 3),
+        "idle_cpu_pct": round(100.0 * cpu_s / args.idle_s, 3),
     }
     if args.json:
         print(json.dumps(result))

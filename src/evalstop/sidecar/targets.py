@@ -152,10 +152,10 @@ class EngineJob(Target):
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline:
             if self.adapter.is_stopped(self.job):
-                return f"{self.description}: stop signal sent; it ended"
+                return "stop signal sent; it ended"
             time.sleep(min(1.0, grace_s))
         self.adapter.hard_stop(self.job)
-        return f"{self.description}: stop signal sent; hard stop after {grace_s:g} s"
+        return f"stop signal sent; hard stop after {grace_s:g} s"
 
     def pin(self, checkpoint: str) -> None:
         self.adapter.pin_checkpoint(self.job, checkpoint)
