@@ -44,13 +44,25 @@ def _status(returncode: int) -> int:
 
 
 def _group_alive(pgid: int) -> bool:
+    """Whether a live (not zombie) process is left in group ``pgid``: a zombie awaits its parent's
+    wait and holds nothing."""
     try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:  # no /proc: ask the kernel (zombies count as alive there)
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
         return True
-    return True
+    for pid in entries:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                state, _, pgrp = fh.read().rsplit(")", 1)[1].split()[:3]
+        except OSError:
+            continue
+        if int(pgrp) == pgid and state not in ("Z", "X"):
+            return True
+    return False
 
 
 def _end_group(pgid: int, leader_gone: Any, grace_s: float) -> str:
