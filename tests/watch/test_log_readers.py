@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -62,3 +63,18 @@ def test_mlflow_file_store_written_by_mlflow(tmp_path: Path, monkeypatch: pytest
         mlflow.log_metric("val/acc", 0.45, step=20)
         assert [(r.step, r.value) for r in reader.read()] == [(20, 0.45)]
     assert reader.names() == ["train/loss", "val/acc"]
+
+
+def test_sidecar_reads_trainer_state_by_the_tensorboard_tag(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from evalstop.cli import main
+
+    history = [{"step": 10, "eval_reward": 0.5}, {"step": 20, "loss": 1.0}, {"step": 20, "eval_reward": 0.4}]
+    (tmp_path / "checkpoint-20").mkdir()
+    (tmp_path / "checkpoint-20" / "trainer_state.json").write_text(json.dumps({"log_history": history}))
+    code = main(["watch", "--framework", "trl", "--log", "trainer_state", "--logdir", str(tmp_path),
+                 "--shadow", "--poll", "0.05", "--", sys.executable, "-c", "pass"])
+    assert code == 0
+    lines = capsys.readouterr().err.splitlines()
+    steps = [x.split(" ")[3] for x in lines if x.startswith("evalstop watch: step ")]
+    assert steps == ["10", "20"]
