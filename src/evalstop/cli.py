@@ -37,6 +37,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("validate", "evalstop.experiments.validate", "score stopping rules on the bank and real curves"),
     ("rewind", "evalstop.experiments.rewind_cmd", "rewind vs stop on real TRL GRPO runs (issue 23's study)"),
     ("report", "evalstop.experiments.report", "write the Markdown/HTML/PNG report of a results directory"),
+    ("watch", "evalstop.sidecar.cli", "watch a run's log, stop it if it hacks, keep its best checkpoint"),
     ("serve", "evalstop.service.cli", "run the EvalStop service (needs the 'service' extra)"),
     ("testbed", "evalstop.testbed.cli", "real Ray or Slurm jobs + a real service, shadow vs enforced"),
 )
