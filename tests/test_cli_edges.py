@@ -8,7 +8,7 @@ import re
 import socket
 import subprocess
 import sys
-from contextlib import redirect_stderr, redirect_stdout
+from contextlib import redirect_stdout
 from pathlib import Path
 
 import pytest
@@ -16,17 +16,7 @@ import pytest
 from evalstop import cli
 from evalstop.experiments.reproduce import MAX_SEEDS
 from evalstop.experiments.sweep import Progress
-
-
-def _main(argv: list[str]) -> tuple[int, str]:
-    """Exit code and stderr of ``evalstop ARGV`` in this process (argparse's exit counts)."""
-    err = io.StringIO()
-    with redirect_stderr(err), redirect_stdout(io.StringIO()):
-        try:
-            code = cli.main(argv)
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-    return code, err.getvalue()
+from test_bad_input import _run_or_exit as _main
 
 
 def _one_line_error(argv: list[str]) -> str:
