@@ -112,16 +112,19 @@ def _serve(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, st
     return code, capsys.readouterr().err.strip().splitlines()[-1]
 
 
+PORTS = "a port number 0-65535 (0: any free port)"
+
+
 @pytest.mark.parametrize(("argv", "message"), [
-    (["--port", "99999"], "argument --port: must be a port number 1-65535. Got 99999 instead."),
-    (["--port", "-5"], "argument --port: must be a port number 1-65535. Got -5 instead."),
-    (["--port", "http"], "argument --port: must be a port number 1-65535. Got 'http' instead."),
+    (["--port", "99999"], f"argument --port: must be {PORTS}. Got 99999 instead."),
+    (["--port", "-5"], f"argument --port: must be {PORTS}. Got -5 instead."),
+    (["--port", "http"], f"argument --port: must be {PORTS}. Got 'http' instead."),
     (["--database-url", "mysql://x"],
      "--database-url: database_url must be a sqlite:/// or postgresql:// URL. Got 'mysql://x' instead."),
     (["--database-url", "sqlite:///nonexistent/dir/x.db"],
      "--database-url: database_url 'sqlite:///nonexistent/dir/x.db': the folder 'nonexistent/dir' does not "
      "exist"),
-    (["--database-url", "postgresql://u:pw@127.0.0.1:1/db"],
+    (["--port", "0", "--database-url", "postgresql://u:pw@127.0.0.1:1/db"],
      "cannot open the database 'postgresql://u:***@127.0.0.1:1/db': connection failed"),
 ])
 def test_bad_serve_options_are_one_line_naming_them(
