@@ -17,7 +17,10 @@ eval from the default rule). On those records:
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -160,7 +163,9 @@ def test_fit_recovers_the_engine_and_the_prediction_its_run(plan: list[JobPlan])
         assert pred["arms"][arm]["jct_mean_s"] == pytest.approx(real, rel=0.01), arm
 
 
-def test_corrupting_the_evaluated_run_leaves_the_prediction_unchanged(plan: list[JobPlan], tmp_path: Path) -> None:
+def test_corrupting_the_evaluated_run_leaves_the_prediction_unchanged(
+    plan: list[JobPlan], tmp_path: Path
+) -> None:
     model = fit(
         made_run(make_plan(WorkloadSpec(**{**SPEC.__dict__, "seed": 8})), TRUE), plan, {"concurrent": True}
     )
@@ -312,6 +317,45 @@ def test_finish_refuses_a_changed_prediction(
     (tmp_path / PREDICTION).write_text(json.dumps(edited))
     with pytest.raises(PredictionChanged, match=r"arms\.enforced\.jct_mean_s: stored"):
         finish(tmp_path, raw, meta(plan), figures=False)
+
+
+def test_bench_reuse_keeps_the_calibration_and_refuses_a_changed_prediction(
+    plan: list[JobPlan], tmp_path: Path
+) -> None:
+    """``bench/testbed.py --reuse`` on a stored point: the analysis again, the engine model file
+    untouched; a stored prediction the code does not give is refused in one line, exit 2."""
+    root = Path(__file__).resolve().parents[1]
+    cal = tmp_path / "quiet" / "calibration" / "draw-0"
+    cal.mkdir(parents=True)
+    model = pool([noisy_run(seed, TRUE, 0.3) for seed in (70, 71, 72)], {"seeds": [70, 71, 72]})
+    model.save(cal / "engine-model.json")
+    stored_model = (cal / "engine-model.json").read_bytes()
+    seed = tmp_path / "quiet" / f"seed-{SPEC.seed}"
+    (seed / "draw-0").mkdir(parents=True)
+    pred = predict_sampled(plan, model, SLOTS, True, SPEC.seed, replicas=4, curves=curves(plan))
+    (seed / "draw-0" / PREDICTION).write_text(json.dumps(pred))
+    (seed / "raw.json").write_text(json.dumps(made_run(plan, TRUE)))
+    argv = [sys.executable, str(root / "bench" / "testbed.py"), "--reuse", "--no-figures", "--points"]
+    argv += ["quiet", "--jobs", "12", "--seeds", str(SPEC.seed), "--interarrival", "1.5", "--step-time"]
+    argv += ["0.05", "--max-slots", "2", "--slots", str(SLOTS), "--out", str(tmp_path)]
+    env = {**os.environ, "PYTHONPATH": str(root / "src")}
+
+    def bench() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600, check=False)
+
+    done = bench()
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "seeds x draws beyond 10 %: " in done.stdout
+    summary = json.loads((seed / "draw-0" / "summary.json").read_text())
+    assert summary["prediction"]["enforced"]["pred_jct_mean_s"] == pred["arms"]["enforced"]["jct_mean_s"]
+    assert (cal / "engine-model.json").read_bytes() == stored_model  # never refitted or rewritten
+    edited = json.loads(json.dumps(pred))
+    edited["arms"]["shadow"]["jct_p95_s"] *= 1.01
+    (seed / "draw-0" / PREDICTION).write_text(json.dumps(edited))
+    done = bench()
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr[-3000:]
+    assert "arms.shadow.jct_p95_s: stored" in done.stderr and "Traceback" not in done.stderr
+    assert (cal / "engine-model.json").read_bytes() == stored_model
 
 
 def test_the_docs_pytest_selections_select_tests() -> None:
