@@ -296,7 +296,7 @@ def attempt(run: Callable[[], T], what: str, folder: Path, tries: int = 2) -> T:
     for i in range(1, tries + 1):
         try:
             return run()
-        except (RuntimeError, TimeoutError, OSError, httpx.HTTPError) as exc:
+        except (RuntimeError, TimeoutError, OSError, subprocess.SubprocessError, httpx.HTTPError) as exc:
             print(f"{what}: attempt {i} of {tries} failed: {type(exc).__name__}: {exc}", flush=True)
             if i == tries:
                 raise
