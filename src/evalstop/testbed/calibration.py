@@ -157,7 +157,7 @@ def _term(name: str, estimate: float, se: float, df: int, per_run: list[float]) 
         "interval": [float(estimate - half), float(estimate + half)],
         "kept": bool(kept),
         "shrink": float(shrink),
-        "value": float(estimate * shrink),
+        "value": float(estimate * shrink) if kept else 0.0,  # not -0.0
         "reason": "interval excludes 0" if kept else "interval includes 0: the pooled mean",
     }
 

@@ -125,7 +125,18 @@ class EngineModel:
             f"{self.startup_per_extra_slot_s:+.3f} s per extra slot of width (residual sd "
             f"{self.startup_residual_sd_s:.2f} s); stop latency {self.stop_latency_s:.2f} s; per eval "
             + ", ".join(f"{k} {t.eval_s:.3f} s" for k, t in sorted(self.timing.items()))
+            + "".join(f"; {name} {_decision(term)}" for name, term in self.terms.items())
         )
+
+
+def _decision(term: dict[str, Any]) -> str:
+    """``per_busy_slot``'s fate, e.g. ``dropped (+0.085 [-0.366, +0.536]; runs +0.212/-0.115)``."""
+    if term.get("interval") is None:
+        return "not fitted (constant)"
+    lo, hi = term["interval"]
+    runs = "/".join(f"{b:+.3f}" for b in term["per_run"])
+    verdict = f"kept x {term['shrink']:.2f}" if term["kept"] else "dropped"
+    return f"{verdict} ({term['estimate']:+.3f} [{lo:+.3f}, {hi:+.3f}]; runs {runs or '-'})"
 
 
 def busy_slots(at_s: float, intervals: list[tuple[float, float, int]], skip: int) -> int:

@@ -302,7 +302,8 @@ def markdown(check: dict[str, Any], model: dict[str, Any]) -> str:
     if band:
         lines += [
             f"Enforced arm, mean JCT error of the replicas (2.5-97.5 %; each replica its own start-ups "
-            f"and its own bootstrap draw over the calibration runs): {band[0]:+.1%} to {band[1]:+.1%}.",
+            f"and its own bootstrap draw over the calibration runs): {band[0]:+.1%} to {band[1]:+.1%}; the "
+            f"real run is {'inside' if band[0] <= 0 <= band[1] else 'outside'} that range.",
             "",
         ]
     variants = (
