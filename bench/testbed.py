@@ -18,7 +18,9 @@ Per operating point (``--points``; docs/testbed.md, "Held-out prediction"):
 
 ``--reuse`` redoes the analysis from the stored ``raw.json`` files and reads each draw's stored
 ``engine-model.json`` as it is (never refitted or rewritten); it stops with one line, exit 2, when
-a stored prediction is not the one the code gives now.
+a stored prediction is not the one the code gives now. It also prints, per draw, each calibration
+run alone (its least squares terms as fitted: the single-draw calibration) beside the pooled
+model, both predicting the stored runs with each job's expected start-up.
 
 The points: ``quiet`` (the default trace: 150 steps of 0.06 s, so ~9 s of training against a
 start-up of one to a few seconds); ``loaded`` (the same with a CPU-bound process started by this
@@ -59,11 +61,13 @@ import numpy as np
 from scipy import stats
 
 from evalstop.testbed import WorkloadSpec, make_plan
+from evalstop.testbed.calibration import run_alone
 from evalstop.testbed.engine_model import EngineModel
 from evalstop.testbed.grpo import GRPO_EVALS
-from evalstop.testbed.predict import REPLICAS
+from evalstop.testbed.predict import REPLICAS, predict_trace
 from evalstop.testbed.run import (
     ENGINE_MODEL,
+    PREDICTION,
     PredictionChanged,
     calibration_folder,
     calibration_specs,
@@ -72,6 +76,7 @@ from evalstop.testbed.run import (
     run_testbed,
     write_prediction,
 )
+from evalstop.testbed.workload import JobPlan
 
 #: Operating point -> (changes to the trace, a CPU-bound process alongside?)
 POINTS: dict[str, tuple[dict[str, float], bool]] = {
@@ -377,6 +382,39 @@ def run_point(args: argparse.Namespace, point: str) -> list[list[dict[str, tuple
             hog.wait()
 
 
+def single_draws(args: argparse.Namespace, point: str) -> list[str]:
+    """With ``--reuse``: each calibration run alone, its least squares terms as fitted (the
+    single-draw calibration), against its draw's pooled model, both with each job's expected
+    start-up, on the stored evaluation runs: the enforced arm's mean JCT error over the seeds."""
+    lines = [
+        "  | draw | model | start-up: base + per busy slot (s) | mean JCT error, enforced [95 % t] | "
+        "seeds beyond 10 % |",
+        "  |---|---|---|---|---|",
+    ]
+    seeds = [args.out / point / f"seed-{seed}" for seed in args.seeds]
+    stored = [json.loads((f / "summary.json").read_text()) for f in seeds]
+    curves = [json.loads((f / "draw-0" / PREDICTION).read_text())["curves"] for f in seeds]
+    for draw in range(args.calibration_draws):
+        pooled = EngineModel.load(args.out / point / "calibration" / f"draw-{draw}" / ENGINE_MODEL)
+        models = [("pooled", pooled)] + [
+            (f"run {r['fit']['seed']} alone", run_alone(pooled, i)) for i, r in enumerate(pooled.runs)
+        ]
+        for name, model in models:
+            errors = []
+            for summary, c in zip(stored, curves, strict=True):
+                plan = [JobPlan.from_json(j) for j in summary["plan"]]
+                pred = predict_trace(plan, model, args.slots, not args.sequential, curves=c)
+                real = summary["arms"]["enforced"]["jct_mean_s"]
+                errors.append(pred["arms"]["enforced"]["jct_mean_s"] / real - 1)
+            mean, lo, hi = t_interval(errors)
+            lines.append(
+                f"  | {draw} | {name} | {model.startup_base_s:.2f} {model.startup_per_busy_slot_s:+.3f} | "
+                f"{fmt(mean, PERCENT)} [{fmt(lo, PERCENT)}, {fmt(hi, PERCENT)}] | "
+                f"{sum(abs(e) > 0.10 for e in errors)} of {len(errors)} |"
+            )
+    return lines
+
+
 MEAN_ERROR = "held-out error, mean JCT, enforced"
 INSIDE = "real mean JCT inside the 95 % range, enforced (share of seeds)"
 
@@ -485,6 +523,9 @@ def main() -> None:
         for draw, seeds in enumerate(rows):
             print(f"\n{point}, draw {draw}:")
             print("\n".join(table(seeds, args.seeds)))
+        if args.reuse:
+            print(f"\n{point}, each calibration run alone (least squares as fitted) and the pooled model:")
+            print("\n".join(single_draws(args, point)))
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ uses to carry the calibration's uncertainty into its range.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -38,7 +39,7 @@ from .workload import JobPlan
 LEVEL = 0.95
 TERMS = ("per_busy_slot", "per_extra_slot")
 
-__all__ = ["LEVEL", "TERMS", "fit", "pool", "resample"]
+__all__ = ["LEVEL", "TERMS", "fit", "pool", "resample", "run_alone"]
 
 
 def fit(
@@ -95,6 +96,20 @@ def resample(model: EngineModel, rng: np.random.Generator) -> EngineModel:
     runs = [RunObservations.from_json(model.runs[i]["observations"]) for i in picks]
     calibration = {k: v for k, v in model.calibration.items() if k not in ("n_runs", "n_startups", "n_stops")}
     return pool(runs, calibration)
+
+
+def run_alone(model: EngineModel, index: int) -> EngineModel:
+    """Run ``index`` of ``model`` on its own with its least squares terms as fitted (no interval,
+    no shrinking): the single-draw calibration, to compare the pooled model with."""
+    run = RunObservations.from_json(model.runs[index]["observations"])
+    alone, own = pool([run], run.calibration), model.runs[index]["fit"]
+    return replace(
+        alone,
+        startup_base_s=own["startup_base_s"],
+        startup_per_busy_slot_s=own["per_busy_slot"] or 0.0,
+        startup_per_extra_slot_s=own["per_extra_slot"] or 0.0,
+        terms={},
+    )
 
 
 def _design(runs: list[RunObservations]) -> tuple[np.ndarray, np.ndarray]:
