@@ -392,7 +392,7 @@ def single_draws(args: argparse.Namespace, point: str) -> list[str]:
         "  |---|---|---|---|---|",
     ]
     seeds = [args.out / point / f"seed-{seed}" for seed in args.seeds]
-    stored = [json.loads((f / "summary.json").read_text()) for f in seeds]
+    stored = [json.loads((f / "draw-0" / "summary.json").read_text()) for f in seeds]
     curves = [json.loads((f / "draw-0" / PREDICTION).read_text())["curves"] for f in seeds]
     for draw in range(args.calibration_draws):
         pooled = EngineModel.load(args.out / point / "calibration" / f"draw-{draw}" / ENGINE_MODEL)

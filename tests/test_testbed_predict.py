@@ -346,6 +346,7 @@ def test_bench_reuse_keeps_the_calibration_and_refuses_a_changed_prediction(
     done = bench()
     assert done.returncode == 0, done.stderr[-3000:]
     assert "seeds x draws beyond 10 %: " in done.stdout
+    assert "| 0 | run 72 alone |" in done.stdout  # each calibration run alone, beside the pooled model
     summary = json.loads((seed / "draw-0" / "summary.json").read_text())
     assert summary["prediction"]["enforced"]["pred_jct_mean_s"] == pred["arms"]["enforced"]["jct_mean_s"]
     assert (cal / "engine-model.json").read_bytes() == stored_model  # never refitted or rewritten
