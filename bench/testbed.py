@@ -64,7 +64,7 @@ from evalstop.testbed import WorkloadSpec, make_plan
 from evalstop.testbed.calibration import run_alone
 from evalstop.testbed.engine_model import EngineModel
 from evalstop.testbed.grpo import GRPO_EVALS
-from evalstop.testbed.predict import REPLICAS, predict_trace
+from evalstop.testbed.predict import REPLICAS, predict_sampled, predict_trace
 from evalstop.testbed.run import (
     ENGINE_MODEL,
     PREDICTION,
@@ -74,7 +74,7 @@ from evalstop.testbed.run import (
     finish,
     pooled_model,
     run_testbed,
-    write_prediction,
+    save_prediction,
 )
 from evalstop.testbed.workload import JobPlan
 
@@ -345,7 +345,8 @@ def evaluate_seed(
         def run() -> dict[str, Any]:
             plan = make_plan(spec)
             for draw, model in zip(draws, models, strict=True):  # before the run
-                write_prediction(draw, plan, model, args.slots, not args.sequential, seed, args.replicas)
+                shape = (args.slots, not args.sequential, seed, args.replicas)
+                save_prediction(draw, predict_sampled(plan, model, *shape))
             return run_testbed(spec, args.slots, folder, command=cmd, **options)
 
         attempt(run, f"{point} seed {seed}", folder)

@@ -79,7 +79,7 @@ def run_testbed(
     out.mkdir(parents=True, exist_ok=True)
     plan = make_plan(spec)
     if engine_model is not None:  # before the run: nothing measured on it can reach the prediction
-        write_prediction(out, plan, engine_model, slots, concurrent, spec.seed, replicas)
+        save_prediction(out, predict_sampled(plan, engine_model, slots, concurrent, spec.seed, replicas))
     else:
         (out / PREDICTION).unlink(missing_ok=True)
     load_start = os.getloadavg()
@@ -172,21 +172,11 @@ class PredictionChanged(ValueError):
 SAME_REL = 1e-9
 
 
-def write_prediction(
-    out: Path,
-    plan: list[JobPlan],
-    model: EngineModel,
-    slots: int,
-    concurrent: bool,
-    seed: int,
-    replicas: int = REPLICAS,
-) -> dict[str, Any]:
-    """The held-out prediction of ``plan`` from ``model`` (:func:`.predict.predict_sampled`),
-    written to ``out/prediction.json``: call it before the trace runs."""
+def save_prediction(out: Path, prediction: dict[str, Any]) -> None:
+    """Write ``prediction`` (:func:`.predict.predict_sampled`) to ``out/prediction.json``: before
+    the trace runs."""
     out.mkdir(parents=True, exist_ok=True)
-    prediction = predict_sampled(plan, model, slots, concurrent, seed, replicas)
     (out / PREDICTION).write_text(json.dumps(prediction, indent=1))
-    return prediction
 
 
 def _check_unchanged(path: Path, stored: dict[str, Any], recomputed: dict[str, Any]) -> None:
