@@ -1,6 +1,6 @@
 """Base scheduling policies and the EvalStop wrapper."""
 
-from ._base import Action, JobView, Scheduler
+from ._base import Action, JobView, KillPlan, Scheduler
 from ._registry import SCHEDULERS, make_scheduler
 from .evalstop import EvalStop
 from .fairshare import FairShare
@@ -18,6 +18,7 @@ __all__ = [
     "FairShare",
     "Gittins",
     "JobView",
+    "KillPlan",
     "SRTFEst",
     "Scheduler",
     "gittins_index",
