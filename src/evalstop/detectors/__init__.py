@@ -17,7 +17,7 @@ from ._patience import Patience
 from ._policy import STOP, Correction, OnDetect
 from ._rewind import Rewind
 from ._slaq import SlaqLoss
-from ._spec import DEFAULT_SPEC, REGISTRY, format_spec, parse_spec
+from ._spec import DEFAULT_SPEC, REGISTRY, detector_for, format_spec, parse_spec
 from ._watch import CadenceWalk, watch
 
 __all__ = [
@@ -50,7 +50,9 @@ __all__ = [
     "RuleEvidence",
     "SlaqLoss",
     "Verdict",
+    "detector_for",
     "format_cadence",
+
     "format_spec",
     "parse_cadence",
     "parse_spec",

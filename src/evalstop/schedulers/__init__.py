@@ -2,7 +2,7 @@
 
 from ._base import Action, JobView, KillPlan, Scheduler
 from ._registry import SCHEDULERS, make_scheduler
-from .evalstop import EvalStop
+from .evalstop import RLHF_ONLY, EvalStop
 from .fairshare import FairShare
 from .fifo import FIFO
 from .gittins import Gittins, gittins_index
@@ -12,6 +12,8 @@ from .srtf import SRTFEst
 __all__ = [
     "FIFO",
     "LAS",
+    "RLHF_ONLY",
+
     "SCHEDULERS",
     "Action",
     "EvalStop",
