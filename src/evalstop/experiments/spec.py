@@ -339,7 +339,9 @@ def _set_policy_field(policy: PolicySpec, key: str, value: Any) -> PolicySpec:
     if key not in ("base", "base_params", "watch"):
         raise SpecError(f"sweep parameter 'policy.{key}' is not one of policy.base, policy.base_params, "
                         "policy.watch")
-    return replace(policy, **{key: _watch(value) if key == "watch" else value})
+    if key == "watch":
+        return replace(policy, watch=_watch(value))
+    return replace(policy, base=value) if key == "base" else replace(policy, base_params=value)
 
 
 def _policy(i: int, doc: Mapping[str, Any]) -> PolicySpec:
