@@ -42,6 +42,7 @@ from .detectors import (
     DEFAULT_SPEC,
     REGISTRY,
     CadencePolicy,
+    CadenceWalk,
     Detector,
     Eval,
     ItemEval,
@@ -55,8 +56,6 @@ OUTPUT_COLUMNS = ("job_id", "stopped", "stop_step", "best_step", "best_score", "
 #: The extra output column with ``--cadence``.
 CADENCE_COLUMN = "evals_used"
 PROGRESS_MIN_JOBS = 500
-#: rule name -> the optional column it cannot work without.
-NEEDED_COLUMN = {"fixed-progress": "progress", "loss-plateau": "loss", "slaq": "loss", "paired": "items"}
 
 Row = Mapping[str, str | None]
 
@@ -96,12 +95,13 @@ def check_columns(columns: Iterable[str] | None, detector: Detector | None = Non
             f"curves file is missing required column(s) {', '.join(missing)}; "
             f"columns found: {', '.join(sorted(present)) or 'none'}"
         )
-    rule = getattr(type(detector), "name", None)
-    needed = NEEDED_COLUMN.get(rule or "")
-    if needed is not None and needed not in present:
+    if detector is None:
+        return
+    needed = [c for c in detector.reads if c not in present]
+    if needed:
         raise CurvesError(
-            f"the {rule!r} rule needs a {needed!r} column, which the file lacks (columns found: "
-            f"{', '.join(sorted(present))}); add it, or choose another rule with --detector"
+            f"the {detector.name!r} rule needs a {needed[0]!r} column, which the file lacks (columns "
+            f"found: {', '.join(sorted(present))}); add it, or choose another rule with --detector"
         )
 
 
@@ -169,21 +169,17 @@ def replay_rows(
     also ``evals_used``. ``on_job(done, total)`` is called after each job (for progress display).
     """
     monitors: dict[str, Monitor] = {}
-    # job -> [rows seen, row index of the next eval the policy asks for] (cadence only)
-    due: dict[str, list[int]] = {}
+    walks: dict[str, CadenceWalk] = {}  # with a cadence: each job's rows, one opportunity each
     for job, ev in read_evals(rows):
         monitor = monitors.get(job)
         if monitor is None:
             monitor = monitors[job] = Monitor(detector, cadence)
-            due[job] = [0, monitor.next_eval().after - 1]
+            if cadence is not None:
+                walks[job] = CadenceWalk(monitor)
         if cadence is None:
             monitor.observe(ev)
-            continue
-        seen = due[job]
-        row, seen[0] = seen[0], seen[0] + 1
-        if row == seen[1] and not monitor.fired:
-            monitor.observe(ev)
-            seen[1] = row + monitor.next_eval().after
+        else:
+            walks[job].offer(ev)
     results = []
     for done, (job, monitor) in enumerate(monitors.items(), start=1):
         verdict = monitor.verdict

@@ -25,6 +25,7 @@ class LossPlateau(Detector):
     n_warmup_evals: int = 2
     mode: str = "max"
     name = "loss-plateau"
+    reads = ("loss",)
 
     def __post_init__(self) -> None:
         owner = type(self).__name__

@@ -37,6 +37,7 @@ class Paired(Detector):
     n_warmup_evals: int = 3
     mode: str = "max"
     name = "paired"
+    reads = ("items",)
 
     def __post_init__(self) -> None:
         owner = type(self).__name__

@@ -25,6 +25,7 @@ class SlaqLoss(Detector):
     n_warmup_evals: int = 2
     mode: str = "max"
     name = "slaq"
+    reads = ("loss",)
     size_params = ("window",)
 
     def __post_init__(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from functools import lru_cache
 from typing import cast
 
 from ._base import Detector
@@ -117,3 +118,10 @@ def _format_value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return repr(value) if isinstance(value, float) else str(value)
+
+
+@lru_cache(maxsize=1024)
+def detector_for(spec: str) -> Detector:
+    """``parse_spec`` with one object per spec: detectors are frozen and hashable, so every
+    monitor that loads a spec (a service job, a replayed one) can share it."""
+    return parse_spec(spec)

@@ -165,11 +165,10 @@ def load_config(doc: dict[str, Any], base_dir: Path | None = None) -> Config:
         trace.check(workload.total_gpus)  # every row of every file is checked now, not mid-run
     policies = []
     for i, p in enumerate(doc["policy"]):
-        watch = p.get("watch", ["rlhf"])
-        policies.append(PolicySpec(p.get("label", p.get("base", "srtf")), p.get("base", "srtf"),
-                                   p.get("base_params", {}), p.get("detector"),
-                                   None if watch == "all" else tuple(watch), p.get("oracle", False),
-                                   p.get("cadence")))
+        try:
+            policies.append(PolicySpec.from_doc(p))
+        except ValueError as exc:
+            raise ConfigError(f"[[policy]] #{i + 1}: {exc}") from None
         try:
             policies[-1].build()  # validate names and parameters now, not mid-run
         except (ValueError, TypeError) as exc:
