@@ -53,7 +53,7 @@ def for_token_hash(store: Store, digest: str, now: float, *, grace: bool = True)
     if found is None:
         return None
     stored = found.token_hash if found.token_hash == digest else (found.previous_token_hash or "")
-    return str(found.name) if hmac.compare_digest(stored, digest) else None
+    return str(found.name) if hmac.compare_digest(stored.encode(), digest.encode()) else None
 
 
 def rotate_token(
