@@ -206,6 +206,7 @@ def test_the_engine_hides_parameters_from_its_errors(api_any_db: Api) -> None:
     with pytest.raises(sa.exc.IntegrityError) as caught, store.transaction() as conn:
         conn.execute(sa.insert(tenants).values(name=SECRET, token_hash=None, created_at=0.0))
     assert "[parameters:" not in str(caught.value) and "parameters hidden" in str(caught.value)
+    assert SECRET not in str(caught.value), str(caught.value)
 
 
 # -- a session cookie, a CSRF field or a bearer token with any characters -----------------------
@@ -221,3 +222,15 @@ def test_a_non_ascii_session_cookie_is_a_sign_in_page_not_a_500(api: Api, cookie
     assert r.status_code < 500
     r = api.client.get("/v1/jobs", headers={b"authorization": b"Bearer \xc3\xa9\xff"})
     assert r.status_code == 401
+
+
+def test_a_tenant_default_policy_with_a_huge_max_rewinds_is_422_even_when_it_stops(api_any_db: Api) -> None:
+    api = api_any_db
+    api.tenant("acme")
+    for huge in (int("4" * 4000), 1001):
+        policy = {"on_detect": "stop", "max_rewinds": huge}
+        r = api.client.put("/v1/tenants/acme/on_detect", json={"on_detect": policy}, headers=api.as_(ADMIN))
+        assert r.status_code == 422, r.text[:300]
+        assert "'max_rewinds' parameter of OnDetect must be an int >= 0 and <= 1000" in r.json()["detail"]
+    r = api.client.get("/v1/tenants/acme/on_detect", headers=api.as_(ADMIN))
+    assert r.json()["on_detect"] is None

@@ -147,6 +147,16 @@ def _json_loads(text: str) -> Any:
 ENGINE_OPTIONS: dict[str, Any] = {"hide_parameters": True, "json_deserializer": _json_loads}
 
 
+def _without_row_values(context: Any) -> None:
+    """Drop PostgreSQL's DETAIL from an error's text: for a constraint it repeats the row or the
+    key ("Failing row contains (...)"), i.e. the statement's values, and the text of an error
+    ends up in logs. The detail stays readable as ``exc.orig.diag.message_detail``."""
+    for exc in (context.original_exception, context.sqlalchemy_exception):
+        text = exc.args[0] if exc is not None and exc.args else None
+        if isinstance(text, str) and "\nDETAIL:" in text:
+            exc.args = (text.partition("\nDETAIL:")[0], *exc.args[1:])
+
+
 def open_store(
     url: str, *, synchronous: str = "FULL", limits: Limits | None = None, group_commit: bool = True,
     migrate: bool = True, db_threads: int = 4,
@@ -172,6 +182,7 @@ def open_store(
                                   **ENGINE_OPTIONS)
         _check_on_checkout(engine)
         _send_owed_first(engine)
+        sa.event.listen(engine, "handle_error", _without_row_values)
         dialect = Postgres()
     store = Store(engine, dialect, limits, group_commit=group_commit, db_threads=db_threads)
     if migrate:
