@@ -10,7 +10,6 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DataError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from . import console
@@ -21,7 +20,7 @@ from .fastpath import ScoresFastPath, replay
 from .pulling import PullLoop, default_cursor_dir, load_pull_config
 from .routes import ops, router
 from .settings import ServiceSettings
-from .store import DatabaseError, DatabaseUnavailable
+from .store import DatabaseError, DatabaseUnavailable, ValueDoesNotFit
 
 log = logging.getLogger("evalstop.service")
 
@@ -145,7 +144,7 @@ async def _database_error(_request: Request, exc: Exception) -> JSONResponse:
     if isinstance(exc, DatabaseUnavailable):
         return JSONResponse({"detail": "Database unavailable; retry later."}, status_code=503,
                             headers={"Retry-After": "1"})
-    if isinstance(exc, DataError):
+    if isinstance(exc, ValueDoesNotFit):
         return JSONResponse({"detail": "A value does not fit the database (too long or out of range)."},
                             status_code=422)
     return JSONResponse({"detail": "Internal Server Error"}, status_code=500)

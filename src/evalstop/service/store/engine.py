@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlalchemy.exc import DataError, OperationalError, SQLAlchemyError
 
 from .commit import GroupCommitter, WriterThreads
 from .dialect import Dialect, Postgres, Sqlite, owed_first, readable
@@ -32,6 +32,8 @@ T = TypeVar("T")
 Conn = Connection
 #: The database is unreachable or refused the operation (the service answers 503, retry later).
 DatabaseUnavailable = OperationalError
+#: The database refused a value: too long for its column, out of range (the service answers 422).
+ValueDoesNotFit = DataError
 #: Any error of the database layer (a URL that parses but a database that will not open, say).
 DatabaseError = SQLAlchemyError
 
