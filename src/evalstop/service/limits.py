@@ -43,14 +43,15 @@ def check_options(field: str, value: Any, max_bytes: int) -> None:
         raise InvalidInput(f"{field}: {problem}")
 
 
-def readable_options(value: Any, max_bytes: int = 16_777_216) -> Any:
-    """``value`` as a reply may carry it: a stored value past the bounds becomes a note saying so."""
-    if value is None or _options_problem(value, max_bytes) is None:
+def readable_options(value: Any) -> Any:
+    """``value`` as a reply may carry it: a stored value nested past the bound becomes a note
+    saying so (its size is not measured again: the registration did, and the body limit holds)."""
+    if value is None or _options_problem(value, None) is None:
         return value
     return {"unreadable": f"stored before the service's bounds (depth {OPTIONS_MAX_DEPTH}); not shown"}
 
 
-def _options_problem(value: Any, max_bytes: int) -> str | None:
+def _options_problem(value: Any, max_bytes: int | None) -> str | None:
     """What is wrong with ``value`` (walked without recursion, so no depth can overflow a stack)."""
     stack = [(value, 1)]
     while stack:
@@ -66,6 +67,8 @@ def _options_problem(value: Any, max_bytes: int) -> str | None:
             stack.extend((inner, depth + 1) for inner in item)
         elif isinstance(item, str) and "\x00" in item:
             return "a value holds a NUL character (a database cannot store one in text)."
+    if max_bytes is None:
+        return None
     size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
     if size > max_bytes:
         return (f"takes {size} bytes as JSON, over the service's limit of {max_bytes} "
