@@ -54,7 +54,7 @@ def test_specs_round_trip(spec: str, policy: object) -> None:
     ("spec", "match"),
     [
         ("sometimes:3", "Unknown cadence 'sometimes'"),
-        ("every:0", "The 'n' parameter of Every must be an int >= 1. Got 0 instead."),
+        ("every:0", "The 'n' parameter of Every must be an int >= 1 and <= 10000. Got 0 instead."),
         ("every:x", "The 'n' parameter of cadence 'every' must be an int. Got 'x' instead."),
         ("adaptive:every=2,dense=3", "'dense' parameter of Adaptive must be <= every=2. Got 3"),
         ("adaptive:often=2", "Unknown parameter 'often' for cadence 'adaptive'"),

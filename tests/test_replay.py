@@ -182,7 +182,7 @@ def test_bad_spec_exits_2_with_the_message(tmp_path: Path, capsys: pytest.Captur
     assert replay.run(args) == 2
     out, err = capsys.readouterr()
     assert out == ""
-    assert "The 'k' parameter of KDeclines must be an int >= 1. Got 0 instead." in err
+    assert "The 'k' parameter of KDeclines must be an int >= 1 and <= 1000000. Got 0 instead." in err
 
 
 def test_unknown_detector_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -49,7 +49,10 @@ class ServiceSettings(BaseSettings):
     #: each further such slice costs one more token, taken after the request (docs/service.md).
     rule_ms_per_score: float = Field(default=1.0, gt=0)
     #: The most rewinds a job (or a tenant's default) may ask for (docs/rewind.md).
-    max_rewinds: int = Field(default=3, ge=0)
+    max_rewinds: int = Field(default=3, ge=0, le=1000)
+    #: The most bytes a job's ``target_options`` (or ``resubmit``) may take as compact JSON; their
+    #: nesting is at most 32 deep (:mod:`evalstop.service.limits`, docs/service.md).
+    max_options_bytes: int = Field(default=65_536, ge=1024, le=16_777_216)
     run_worker: bool = True
     worker_poll_s: float = Field(default=0.1, gt=0, le=60)
     worker_lease_s: float = Field(default=30.0, gt=0)
