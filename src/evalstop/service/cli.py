@@ -83,8 +83,8 @@ def run(args: argparse.Namespace) -> int:
 
     from .app import create_app
     from .pulling import PullConfigError
-    from .settings import ServiceSettings, redact_url
-    from .store import DatabaseError, open_store
+    from .settings import ServiceSettings
+    from .store import DatabaseError
     from .store.migrate import SchemaNotCurrent
 
     signal.signal(signal.SIGTERM, _exit_on_sigterm)  # uvicorn installs its draining handler later
@@ -102,12 +102,10 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.migrate_only:  # the migration job: its log says what it migrated
-        open_store(settings.database_url, synchronous=settings.sqlite_synchronous).dispose()
-        logging.getLogger("evalstop.service").info("schema migrated to this release's head")
-        return 0
     if args.log_level != "debug":  # alembic's ~9 INFO lines per start say nothing an operator needs
         logging.getLogger("alembic").setLevel(logging.WARNING)
+    if args.migrate_only:  # the migration job: one line when done, or one line saying why not
+        return _migrate_only(settings)
     if settings.admin_token is None:
         logging.getLogger("evalstop.service").warning(
             "neither EVALSTOP_ADMIN_TOKEN nor EVALSTOP_ADMIN_TOKEN_FILE is set: operator routes "
@@ -118,9 +116,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"evalstop serve: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     except DatabaseError as exc:  # the URL was well formed, the database would not open
-        cause = str(getattr(exc, "orig", None) or exc).splitlines()[0]
-        print(f"evalstop serve: cannot open the database {redact_url(settings.database_url)!r}: {cause}",
-              file=sys.stderr)
+        print(f"evalstop serve: {_cannot_open(settings.database_url, exc)}", file=sys.stderr)
         return EXIT_CONFIG
     # The app's ~80k long-lived objects (FastAPI, pydantic, SQLAlchemy) made every full garbage
     # collection a ~25 ms pause in the middle of requests (the p99/max latency of the load
@@ -133,6 +129,29 @@ def run(args: argparse.Namespace) -> int:
     # the shutdown was clean, so that second delivery must not turn exit status 0 into 143
     signal.signal(signal.SIGTERM, _drained)
     uvicorn.Server(config).run()
+    return 0
+
+
+def _cannot_open(url: str, exc: BaseException) -> str:
+    """Why the database at ``url`` would not open, in one line, its password redacted."""
+    from .settings import redact_url
+
+    cause = (str(getattr(exc, "orig", None) or exc).splitlines() or [type(exc).__name__])[0]
+    return f"cannot open the database {redact_url(url)!r}: {cause}"
+
+
+def _migrate_only(settings: Any) -> int:
+    """Bring the schema to this release's head and exit 0; a database that will not open is one
+    line and ``EXIT_CONFIG``, as for ``serve``."""
+    from .store import DatabaseError, open_store
+    from .store.migrate import head_revision
+
+    try:
+        open_store(settings.database_url, synchronous=settings.sqlite_synchronous).dispose()
+    except DatabaseError as exc:
+        print(f"evalstop serve --migrate-only: {_cannot_open(settings.database_url, exc)}", file=sys.stderr)
+        return EXIT_CONFIG
+    logging.getLogger("evalstop.service").info("schema at revision %s, this release's head", head_revision())
     return 0
 
 
