@@ -71,6 +71,9 @@ def scope_section(job: JobRef, target: str) -> Mapping[str, Any] | None:
 
 class EnforcementAdapter(ABC):
     name: str = ""
+    #: Settings ending in ``_file`` that the adapter reads itself (a path it re-reads); every other
+    #: ``NAME_file`` is read once into ``NAME`` before the adapter is built (settings.resolve_file_keys).
+    path_settings: frozenset[str] = frozenset()
 
     @abstractmethod
     def pin_checkpoint(self, job: JobRef, checkpoint_uri: str | None) -> None:
