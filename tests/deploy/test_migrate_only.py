@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -80,3 +81,36 @@ def _head() -> str:
     from evalstop.service.store.migrate import head_revision
 
     return head_revision()
+
+
+def _serve(*argv: str) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EVALSTOP_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
+    return subprocess.Popen([sys.executable, "-m", "evalstop.cli", "serve", *argv], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_wait_for_schema_ends_when_the_migration_has_run_or_gives_up_in_one_line(tmp_path: Path) -> None:
+    """The replicas' init container: no CrashLoopBackOff while the migration Job runs."""
+    url = f"sqlite:///{tmp_path / 'e.db'}"
+    gave_up = _serve("--database-url", url, "--wait-for-schema", "1")
+    _, err = gave_up.communicate(timeout=60)
+    assert gave_up.returncode == 2
+    assert err.strip().splitlines()[-1] == (
+        "evalstop serve --wait-for-schema: gave up after 1 s: the database schema is at revision none, this "
+        f"release needs {_head()}: run the migration job (evalstop serve --migrate-only) first")
+    waiting = _serve("--database-url", url, "--wait-for-schema", "120")
+    time.sleep(3)
+    assert waiting.poll() is None  # still waiting: nothing migrated yet
+    assert _migrate(url).returncode == 0
+    _, err = waiting.communicate(timeout=30)
+    assert waiting.returncode == 0, err[-2000:]
+    assert f"schema at revision {_head()}, this release's head" in err
+
+
+@pytest.mark.parametrize("bad", ["0", "-3", "soon", "inf"])
+def test_wait_for_schema_refuses_a_bad_duration(bad: str) -> None:
+    proc = _serve("--wait-for-schema", bad)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert f"argument --wait-for-schema: must be a number of seconds > 0. Got {bad!r} instead." in err

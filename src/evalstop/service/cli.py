@@ -19,6 +19,7 @@ import gc
 import logging
 import signal
 import sys
+import time
 from typing import Any
 
 #: Seconds a SIGTERM waits for requests in flight before the worker and the database close.
@@ -44,6 +45,17 @@ def port_number(text: str) -> int:
     return port
 
 
+def seconds(text: str) -> float:
+    """An argparse type: a positive number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0. Got {text!r} instead.")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EPILOG
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
@@ -57,6 +69,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="TOML file of pollers (MLflow, TensorBoard, trainer_state) run in the service")
     parser.add_argument("--migrate-only", action="store_true",
                         help="bring the database schema to this release's head, then exit")
+    parser.add_argument("--wait-for-schema", type=seconds, metavar="SECONDS",
+                        help="wait until the database schema is at this release's head (the migration "
+                        "job has run), then exit 0; exit 2 after SECONDS (a replica's init container)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
                         help="the service's and uvicorn's log level (default: %(default)s); the database "
                         "migrations log at debug only")
@@ -106,6 +121,8 @@ def run(args: argparse.Namespace) -> int:
         logging.getLogger("alembic").setLevel(logging.WARNING)
     if args.migrate_only:  # the migration job: one line when done, or one line saying why not
         return _migrate_only(settings)
+    if args.wait_for_schema is not None:
+        return _wait_for_schema(settings, args.wait_for_schema)
     if settings.admin_token is None:
         logging.getLogger("evalstop.service").warning(
             "neither EVALSTOP_ADMIN_TOKEN nor EVALSTOP_ADMIN_TOKEN_FILE is set: operator routes "
@@ -153,6 +170,37 @@ def _migrate_only(settings: Any) -> int:
         return EXIT_CONFIG
     logging.getLogger("evalstop.service").info("schema at revision %s, this release's head", head_revision())
     return 0
+
+
+def _wait_for_schema(settings: Any, timeout_s: float, poll_s: float = 2.0) -> int:
+    """Poll until the schema is at this release's head (exit 0), saying once each new reason it
+    is not; after ``timeout_s``, that reason in one line and ``EXIT_CONFIG``."""
+    from .store import DatabaseError, open_store
+    from .store.migrate import SchemaNotCurrent, head_revision, require_head
+
+    log = logging.getLogger("evalstop.service")
+    store = open_store(settings.database_url, synchronous=settings.sqlite_synchronous, migrate=False)
+    deadline, said = time.monotonic() + timeout_s, ""
+    try:
+        while True:
+            try:
+                require_head(store.engine)
+                log.info("schema at revision %s, this release's head", head_revision())
+                return 0
+            except SchemaNotCurrent as exc:
+                why = str(exc)
+            except DatabaseError as exc:
+                why = _cannot_open(settings.database_url, exc)
+            if why != said:
+                log.info("waiting for the schema: %s", why)
+                said = why
+            if time.monotonic() >= deadline:
+                print(f"evalstop serve --wait-for-schema: gave up after {timeout_s:g} s: {why}",
+                      file=sys.stderr)
+                return EXIT_CONFIG
+            time.sleep(poll_s)
+    finally:
+        store.dispose()
 
 
 def _drained(_signum: int, _frame: Any) -> None:
