@@ -14,6 +14,8 @@ import pytest
 from ._podman import IMAGE, LIMITS, ROOT, RUN_OPTS, missing_tools, podman
 
 SENTINEL_INDEX = "https://pip-index-sentinel.invalid/simple"
+#: docs/deploy.md's no-registry build (test_docs_deploy checks the doc gives exactly these)
+BUILD_OPTIONS = ["--debian-base", "--wheels-from-host"]
 
 
 @pytest.fixture(scope="session")
@@ -27,8 +29,8 @@ def image() -> Iterator[dict[str, float]]:
         pytest.skip(why)
     t0 = time.monotonic()
     build = subprocess.run(
-        ["bash", str(ROOT / "deploy" / "container" / "build.sh"), "--debian-base", "--wheels-from-host",
-         *RUN_OPTS, *LIMITS, "--tag", IMAGE, "--", "--build-arg", f"PIP_INDEX_URL={SENTINEL_INDEX}"],
+        ["bash", str(ROOT / "deploy" / "container" / "build.sh"), *BUILD_OPTIONS, *RUN_OPTS, *LIMITS,
+         "--tag", IMAGE, "--", "--build-arg", f"PIP_INDEX_URL={SENTINEL_INDEX}"],
         capture_output=True, text=True, timeout=2400, env={**os.environ, "PYTHON": sys.executable})
     assert build.returncode == 0, (build.stdout + build.stderr)[-4000:]
     t_built = time.monotonic()
