@@ -6,12 +6,14 @@ Every requirement of ``evalstop[service]`` and of its build backend (``setuptool
 wheel in WHEELS_DIR, made with the host pip's own index, certificate and proxy settings: built by
 ``pip wheel`` when the host's Python is BASE_PYTHON, else downloaded as binary wheels for
 BASE_PYTHON on this machine's architecture. Wheels already there are used first. Then pip
-resolves the whole set again from WHEELS_DIR alone, for BASE_PYTHON: a wheel that does not fit
+resolves the whole set again from WHEELS_DIR alone (none of the host's pip settings), for
+BASE_PYTHON: a wheel that does not fit
 (another Python, a missing dependency) fails here, in one line, not in the image build.
 """
 
 from __future__ import annotations
 
+import os
 import platform
 import subprocess
 import sys
@@ -37,8 +39,16 @@ def target_options(python: str) -> list[str]:
     return ["--only-binary=:all:", "--python-version", python, "--implementation", "cp", *platforms]
 
 
-def pip(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True, timeout=900)
+def pip(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True, timeout=900,
+                          env=env)
+
+
+def without_host_settings() -> dict[str, str]:
+    """The environment with none of the host's pip settings (no PIP_* variable, no config file):
+    what the image's build stage has."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    return {**env, "PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
 
 
 def fill(needs: list[str], wheels: Path, python: str) -> None:
@@ -58,7 +68,7 @@ def fill(needs: list[str], wheels: Path, python: str) -> None:
 def check(needs: list[str], wheels: Path, python: str) -> None:
     with tempfile.TemporaryDirectory() as scratch:
         proc = pip("download", "-q", "--no-index", "--find-links", str(wheels), "--dest", scratch,
-                   *target_options(python), *needs)
+                   *target_options(python), *needs, env=without_host_settings())
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise SystemExit(f"wheels.py: {wheels} does not hold a wheel for Python {python} of every "
