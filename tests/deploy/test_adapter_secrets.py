@@ -39,6 +39,8 @@ def test_file_keys_are_read_at_any_depth_and_kept_where_the_adapter_reads_them(t
     assert resolve_file_keys("webhook", given, keep={"ca_file"}) == {
         "url": "https://h/x", "secret": "s3cret", "users": {"alice": {"token": "jwt-a", "name": "alice"}},
         "ca_file": "/etc/ca.pem"}
+    kept = resolve_file_keys("slurm", {"submit_as": {"t": {"token_file": str(alice)}}}, keep={"token_file"})
+    assert kept == {"submit_as": {"t": {"token_file": str(alice)}}}  # an adapter that re-reads it
 
 
 @pytest.mark.parametrize(("settings", "message"), [

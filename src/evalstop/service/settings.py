@@ -154,13 +154,14 @@ def read_secret_file(name: str, path: str | Path) -> str:
 def resolve_file_keys(owner: str, settings: Mapping[str, Any], keep: Collection[str] = ()) -> dict[str, Any]:
     """``settings`` with every ``NAME_file: PATH`` (in nested mappings too) replaced by ``NAME``
     holding that file's text (:func:`read_secret_file`): secrets come from mounted files, not from
-    the configuration. ``keep``: top-level ``*_file`` keys that ``owner`` reads itself (a path it
-    re-reads). ValueError naming the key when the file cannot be read or ``NAME`` is also given."""
+    the configuration. ``keep``: ``*_file`` key names that ``owner`` reads itself, at any depth (a
+    path it re-reads). ValueError naming the key when the file cannot be read or ``NAME`` is also
+    given."""
     resolved: dict[str, Any] = {}
     for key, value in settings.items():
         where = f"{owner}.{key}"
         if isinstance(value, Mapping):
-            resolved[key] = resolve_file_keys(where, value)
+            resolved[key] = resolve_file_keys(where, value, keep)
         elif key.endswith("_file") and key not in keep and isinstance(value, str | Path):
             name = key.removesuffix("_file")
             if settings.get(name) not in (None, ""):
