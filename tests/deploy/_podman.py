@@ -77,9 +77,9 @@ def stop_postgres(pg_ctl: Path, data: str) -> None:
 class Receiver:
     """A webhook receiver on the host, reachable from the containers over the bridge."""
 
-    def __init__(self) -> None:
+    def __init__(self, handler: type[StopHook] = StopHook) -> None:
         self.state: dict[str, Any] = {"log": [], "stopped": set(), "lock": threading.Lock()}
-        self.server = ThreadingHTTPServer(("0.0.0.0", 0), StopHook)
+        self.server = ThreadingHTTPServer(("0.0.0.0", 0), handler)
         self.server.state = self.state  # type: ignore[attr-defined]
         self.url = f"http://host.containers.internal:{self.server.server_address[1]}/hook"
         threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()

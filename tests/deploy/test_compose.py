@@ -8,7 +8,8 @@
 - ``stack.sh rotate-admin-token`` restarts the replicas one at a time and leaves PostgreSQL alone;
 - ``SERVICE_IMAGE=<new> stack.sh up`` runs the new image's migration, then replaces the replicas
   one at a time: both then run the new image and report its version;
-- ``stack.sh stop`` lets each replica drain (exit status 0); ``stack.sh down`` removes the
+- ``stack.sh stop`` with a webhook call in flight (a receiver that takes 12 s) lets the replica
+  drain past podman's 10 s default and exit 0; ``stack.sh down`` removes the
   containers and the network and keeps the database volume; ``stack.sh down-volumes`` removes it.
 
 No postgres image can be pulled in CI, so ``POSTGRES_IMAGE`` is a stand-in built from Debian's
@@ -32,7 +33,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ._podman import BASE_IMAGE, IMAGE, LIMITS, ROOT, RUN_OPTS, podman
+from service.stop_hook import StopHook  # tests/ is on the path
+
+from ._podman import BASE_IMAGE, IMAGE, LIMITS, ROOT, RUN_OPTS, Receiver, podman, wait_until
+from .test_container import decline
 
 pytestmark = pytest.mark.slow
 POSTGRES_IMAGE = "localhost/evalstop-ci-postgres:15"
@@ -62,6 +66,21 @@ def _images(scratch: Path) -> None:
         f"FROM {IMAGE}\nUSER 0\nRUN sed -i 's/^Version: .*/Version: {UPGRADE_VERSION}/' "
         "/opt/evalstop/lib/python3*/site-packages/evalstop-*.dist-info/METADATA\nUSER 10001:10001\n")
     podman("build", *RUN_OPTS, *LIMITS, "--format", "docker", "-t", UPGRADE_IMAGE, str(scratch), timeout=600)
+
+
+#: Seconds the slow receiver holds each request: past podman's default stop timeout (10 s)
+SLOW_S = 12.0
+
+
+class SlowHook(StopHook):
+    """A receiver whose every answer takes SLOW_S: an adapter call in flight at a stop."""
+
+    def do_POST(self) -> None:
+        state = self.server.state  # type: ignore[attr-defined]
+        with state["lock"]:
+            state["arrived"] = state.get("arrived", 0) + 1
+        time.sleep(SLOW_S)
+        super().do_POST()
 
 
 class Availability:
@@ -155,6 +174,7 @@ def test_stack_up_configure_rotate_upgrade_stop_down(image: dict[str, float], tm
     both = [stack.url(0), stack.url(1)]
     figures: dict[str, float] = {}
     http = httpx.Client(timeout=15)
+    receiver = Receiver(SlowHook)
     t0 = time.monotonic()
     try:
         out = stack.sh("up")
@@ -164,7 +184,7 @@ def test_stack_up_configure_rotate_upgrade_stop_down(image: dict[str, float], tm
         assert (stack.dir / "secrets").stat().st_mode & 0o077 == 0
         token = (stack.dir / "secrets" / "admin-token").read_text().strip()
         op = {"Authorization": f"Bearer {token}"}
-        hook = "https://hooks.example/evalstop"
+        hook = receiver.url.rsplit("/", 1)[0]
         created = http.post(stack.url(0) + "/v1/tenants", headers=op,
                             json={"name": "acme", "scope": {"webhook": {"url_prefixes": [hook + "/"]}}})
         assert created.status_code == 201, created.text
@@ -183,7 +203,8 @@ def test_stack_up_configure_rotate_upgrade_stop_down(image: dict[str, float], tm
         assert refused.status_code == 422 and "'webhook' is not configured" in refused.text, refused.text
         # adapter settings (a webhook secret) from the secrets file, applied by a rolling restart
         (stack.dir / "secrets" / "adapter-settings.json").write_text(
-            json.dumps({"webhook": {"url": hook, "secret": "whsec-" + secrets.token_hex(8)}}))
+            json.dumps({"webhook": {"url": receiver.url, "secret": "whsec-" + secrets.token_hex(8),
+                                    "timeout_s": 30}}))
         before = {s: stack.state(s) for s in ("replica-a", "replica-b", "postgres")}
         with Availability(both) as restart:
             stack.sh("restart")
@@ -222,10 +243,21 @@ def test_stack_up_configure_rotate_upgrade_stop_down(image: dict[str, float], tm
         assert stack.state("postgres")["started"] == before["postgres"]["started"]
         listed = http.get(stack.url(0) + "/v1/tenants", headers={"Authorization": f"Bearer {new_token}"})
         assert [t["name"] for t in listed.json()] == ["acme"]  # the data survived the upgrade
-        # stop: each replica drains within its grace period and exits 0 (not 137 after `-t 10`)
+        # stop with a webhook call in flight: the replica drains past podman's default 10 s
+        # (the worker waits up to 10 s for the call) and exits 0, not 137 after `-t 10`
+        job = register("j2").json()["id"]
+        for step, value in enumerate(decline(14, 6)):
+            reply = http.post(stack.url(0) + f"/v1/jobs/{job}/scores", headers=tenant,
+                              json={"step": step, "value": value})
+            if reply.json()["decision"] == "stop":
+                break
+        wait_until(lambda: receiver.state.get("arrived", 0) > 0, 60, "the stop's webhook call to start")
+        t_stop = time.monotonic()
         stack.sh("stop")
+        figures["stop_s"] = time.monotonic() - t_stop
         for service in ("replica-a", "replica-b"):
             assert stack.state(service)["code"] == "0", service
+        assert figures["stop_s"] > 10
         assert "stop -t 30" in (stack.dir / ".stack.log").read_text()
         # down: the containers and the network go, the database volume stays
         stack.sh("down")
@@ -234,6 +266,7 @@ def test_stack_up_configure_rotate_upgrade_stop_down(image: dict[str, float], tm
     finally:
         http.close()
         stack.sh("down-volumes")
+        receiver.close()
     assert stack.left() == []  # containers, the network and the database volume
     for secret in ((stack.dir / ".env").read_text().split("=", 1)[1].strip(), token, new_token):
         assert secret not in stack.printed  # stack.sh never prints a secret
