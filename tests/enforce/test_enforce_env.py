@@ -132,3 +132,21 @@ def test_a_tenant_without_a_mapping_is_refused_unless_the_operator_opts_in() -> 
     assert get_adapter("slurm", {"submit_as_service_user": True}).submit_as.for_job(job).user is None  # type: ignore[attr-defined]
     mapped = get_adapter("slurm", {"submit_as": {"acme": "alice"}}).submit_as  # type: ignore[attr-defined]
     assert mapped.for_job(job).user == "alice"
+
+
+def test_a_tenants_token_file_stays_a_path_and_is_read_at_each_submission(tmp_path: Path) -> None:
+    """Through ``get_adapter`` (which reads ``*_file`` secrets), a ``submit_as`` token file is
+    kept as a path, so a rotated JWT is picked up; the adapter's own token file is read."""
+    from evalstop.service.adapters import JobRef
+
+    pytest.importorskip("httpx")
+    own, alice = tmp_path / "own.jwt", tmp_path / "alice.jwt"
+    own.write_text("service-jwt\n")
+    alice.write_text("first\n")
+    adapter = get_adapter("slurm", {"rest_url": "http://127.0.0.1:9", "user": "svc", "token_file": str(own),
+                                    "submit_as": {"acme": {"user": "alice", "token_file": str(alice)}}})
+    submitter = adapter.submit_as.for_job(JobRef("j1", "acme", "12"))  # type: ignore[attr-defined]
+    assert submitter.read_token() == "first"
+    alice.write_text("rotated\n")
+    assert submitter.read_token() == "rotated"
+    assert adapter._client.headers["X-SLURM-USER-TOKEN"] == "service-jwt"  # type: ignore[attr-defined]

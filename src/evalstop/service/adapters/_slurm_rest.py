@@ -49,9 +49,14 @@ class SlurmRestAdapter(EnforcementAdapter):
         #: the Slurm user the adapter's own calls run as (rest_auth/local: the service's Unix user)
         self.service_user = str(settings.get("user") or getpass.getuser())
         headers = {}
-        if settings.get("token"):
+        token = settings.get("token")
+        if not token and settings.get("token_file"):  # kept as a path (make_slurm_adapter.path_settings)
+            from evalstop.service.settings import read_secret_file
+
+            token = read_secret_file(f"{self.name}.token_file", settings["token_file"])
+        if token:
             headers = {"X-SLURM-USER-NAME": setting_str(self.name, settings, "user"),
-                       "X-SLURM-USER-TOKEN": str(settings["token"])}
+                       "X-SLURM-USER-TOKEN": str(token)}
         if settings.get("rest_socket"):
             self.base = "http://slurmrestd"
             transport = httpx.HTTPTransport(uds=str(settings["rest_socket"]))
