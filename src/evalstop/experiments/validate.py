@@ -57,7 +57,8 @@ DEFAULT_CANDIDATES: dict[str, dict[str, list[Any]]] = {
 POLICY_CANDIDATES = cadence_policy.policy_specs()
 
 COLUMNS = (
-    ("precision", "precision"), ("recall", "recall"), ("fpr", "FPR"), ("fpr_controls", "FPR controls"),
+    ("precision", "precision"), ("recall", "recall"), ("fpr", "FPR"), ("harmful", "harmful"),
+    ("fpr_controls", "FPR controls"),
     ("mean_regret", "regret"), ("p90_regret", "p90 regret"), ("mean_delay", "delay"),
     ("compute_saved", "saved"), ("stopped_before_peak", "before peak"), ("supervised_fpr", "FPR supervised"),
 )
