@@ -18,6 +18,12 @@ run) and feeds each job's rule only the rows its cadence policy asks for (``Moni
 counted in rows); the output then gains ``evals_used``, the rows the job evaluated. Without it
 every row is fed, as before.
 
+``--confirm [size=N,z=Z]`` gives each job's monitor confirmation evals (``detectors._confirm``):
+when its rule fires at a row, the row's ``confirm_score``, ``confirm_stderr`` and
+``confirm_items`` are what a confirmation eval at that step returns (an empty ``confirm_score``
+is NaN, and clears the alarm). Without a ``confirm_score`` column replay refuses (exit 2). The
+output gains ``evals_used``, in routine evals: each confirmation counts ``size`` (default 4).
+
 Refused, with the line and job named: a row with fewer or more fields than the header (a
 truncated file), a step seen twice for one job (the service answers 409 to the same), a step
 that goes backwards, and a rule that needs a column the file
@@ -42,15 +48,19 @@ from .detectors import (
     DEFAULT_SPEC,
     REGISTRY,
     CadencePolicy,
+    Confirm,
     Detector,
     Eval,
     ItemEval,
     Monitor,
     parse_cadence,
+    parse_confirm,
     parse_spec,
 )
 
 REQUIRED_COLUMNS = ("job_id", "step", "score")
+#: The column ``--confirm`` needs (``confirm_stderr`` and ``confirm_items`` are optional).
+CONFIRM_COLUMN = "confirm_score"
 OUTPUT_COLUMNS = ("job_id", "stopped", "stop_step", "best_step", "best_score", "reason")
 #: The extra output column with ``--cadence``.
 CADENCE_COLUMN = "evals_used"
@@ -83,6 +93,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="read the file as dense and feed the rule only the evals this policy asks for: "
         "every:N or adaptive[:every=N,dense=M]; adds an evals_used column (default: every row)",
     )
+    parser.add_argument(
+        "--confirm",
+        metavar="PARAMS",
+        nargs="?",
+        const="",
+        default=None,
+        help="confirm each alarm with the row's confirm_score (confirm_stderr, confirm_items) before "
+        "stopping: optional size=N (routine evals, default 4), z=Z (default 3); adds evals_used",
+    )
     parser.add_argument("--out", metavar="PATH", default="-", help="output CSV (default: stdout)")
     parser.set_defaults(run=run)
 
@@ -108,6 +127,12 @@ def check_columns(columns: Iterable[str] | None, detector: Detector | None = Non
 def read_evals(rows: Iterable[Row]) -> Iterator[tuple[str, Eval]]:
     """Validate rows into (job, eval) pairs, in file order. Errors name the line (the header is
     line 1) and the job; a job's steps must strictly increase."""
+    for job, ev, _, _ in _read(rows):
+        yield job, ev
+
+
+def _read(rows: Iterable[Row]) -> Iterator[tuple[str, Eval, Row, str]]:
+    """``read_evals`` with each eval's row and where it is (for the confirmation columns)."""
     last: dict[str, tuple[int, int]] = {}  # job -> (step, line)
     for line, row in enumerate(rows, start=2):
         if line == 2:
@@ -135,7 +160,18 @@ def read_evals(rows: Iterable[Row]) -> Iterator[tuple[str, Eval]]:
         if previous is not None and ev.step < previous[0]:
             raise CurvesError(f"{where}: step {ev.step} goes backwards (previous step {previous[0]})")
         last[job] = (ev.step, line)
-        yield job, ev
+        yield job, ev, row, where
+
+
+def confirmation_of(row: Row, ev: Eval, where: str) -> Eval:
+    """What a confirmation eval at ``ev``'s step returns, from the row's ``confirm_*`` columns."""
+    score = _parse_number(row, CONFIRM_COLUMN, where)
+    value = math.nan if score is None else score
+    stderr = _parse_number(row, "confirm_stderr", where)
+    items = _parse_items(row.get("confirm_items"), where)
+    if items:
+        return ItemEval(ev.step, value, ev.progress, ev.loss, stderr, items=items)
+    return Eval(ev.step, value, ev.progress, ev.loss, stderr)
 
 
 def read_curves(rows: Iterable[Row]) -> dict[str, list[Eval]]:
@@ -161,28 +197,30 @@ def replay_rows(
     detector: Detector,
     on_job: Callable[[int, int], None] | None = None,
     cadence: CadencePolicy | None = None,
+    confirm: Confirm | None = None,
 ) -> list[dict[str, Any]]:
     """Replay CSV-style rows through ``detector``; one result dict per job.
 
     Each dict has the keys of ``OUTPUT_COLUMNS`` and ``n_invalid`` (the scores the rule skipped):
-    ``stopped`` is a bool, ``reason`` a str, the others an int, float or None; with ``cadence``,
-    also ``evals_used``. ``on_job(done, total)`` is called after each job (for progress display).
+    ``stopped`` is a bool, ``reason`` a str, the others an int, float or None; with ``cadence``
+    or ``confirm``, also ``evals_used``. ``on_job(done, total)`` is called after each job (for
+    progress display).
     """
     monitors: dict[str, Monitor] = {}
     # job -> [rows seen, row index of the next eval the policy asks for] (cadence only)
     due: dict[str, list[int]] = {}
-    for job, ev in read_evals(rows):
+    for job, ev, line, where in _read(rows):
         monitor = monitors.get(job)
         if monitor is None:
-            monitor = monitors[job] = Monitor(detector, cadence)
+            monitor = monitors[job] = Monitor(detector, cadence, confirm=confirm)
             due[job] = [0, monitor.next_eval().after - 1]
         if cadence is None:
-            monitor.observe(ev)
+            _observe(monitor, ev, line, where)
             continue
         seen = due[job]
         row, seen[0] = seen[0], seen[0] + 1
         if row == seen[1] and not monitor.fired:
-            monitor.observe(ev)
+            _observe(monitor, ev, line, where)
             seen[1] = row + monitor.next_eval().after
     results = []
     for done, (job, monitor) in enumerate(monitors.items(), start=1):
@@ -196,12 +234,19 @@ def replay_rows(
             "reason": verdict.reason,
             "n_invalid": verdict.n_invalid,
         }
-        if cadence is not None:
-            result[CADENCE_COLUMN] = monitor.n_evals
+        if cadence is not None or confirm is not None:
+            result[CADENCE_COLUMN] = monitor.evals_used
         results.append(result)
         if on_job is not None:
             on_job(done, len(monitors))
     return results
+
+
+def _observe(monitor: Monitor, ev: Eval, row: Row, where: str) -> None:
+    """Fold the eval in; if it raises an alarm, answer it with the row's confirmation."""
+    monitor.observe(ev)
+    if monitor.pending is not None:
+        monitor.observe_confirmation(confirmation_of(row, ev, where))
 
 
 def write_results(results: Iterable[Mapping[str, Any]], out: TextIO, with_cadence: bool = False) -> None:
@@ -216,14 +261,20 @@ def run(args: argparse.Namespace) -> int:
     try:
         detector = parse_spec(args.detector)
         cadence = None if args.cadence is None else parse_cadence(args.cadence)
+        confirm = None if args.confirm is None else parse_confirm(args.confirm)
     except ValueError as exc:
         print(f"evalstop replay: error: {exc}", file=sys.stderr)
         return 2
     try:
         with open(args.curves, newline="", encoding="utf-8-sig") as f:
             reader = csv.DictReader(f)
+            if confirm is not None and CONFIRM_COLUMN not in (reader.fieldnames or ()):
+                print(f"evalstop replay: error: --confirm needs a {CONFIRM_COLUMN!r} column (what a "
+                      f"confirmation eval at that step returns); {args.curves} has none", file=sys.stderr)
+                return 2
             check_columns(reader.fieldnames, detector)
-            results = replay_rows(reader, detector, on_job=_progress_reporter(sys.stderr), cadence=cadence)
+            results = replay_rows(reader, detector, on_job=_progress_reporter(sys.stderr), cadence=cadence,
+                                  confirm=confirm)
     except (OSError, CurvesError) as exc:
         print(f"evalstop replay: error: {args.curves}: {exc}", file=sys.stderr)
         return 1
@@ -235,12 +286,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"evalstop replay: warning: {sum(r['n_invalid'] for r in skipped)} NaN, inf or missing "
               f"score(s) in {len(skipped)} job(s) (first: {skipped[0]['job_id']!r}); the rule skipped them",
               file=sys.stderr)
+    counted = cadence is not None or confirm is not None
     if args.out in (None, "-"):
-        write_results(results, sys.stdout, cadence is not None)
+        write_results(results, sys.stdout, counted)
         return 0
     try:
         with open(args.out, "w", newline="", encoding="utf-8") as out:
-            write_results(results, out, cadence is not None)
+            write_results(results, out, counted)
     except OSError as exc:
         print(f"evalstop replay: error: {exc}", file=sys.stderr)
         return 1
