@@ -24,6 +24,11 @@ when its rule fires at a row, the row's ``confirm_score``, ``confirm_stderr`` an
 is NaN, and clears the alarm). Without a ``confirm_score`` column replay refuses (exit 2). The
 output gains ``evals_used``, in routine evals: each confirmation counts ``size`` (default 4).
 
+``--backfill`` (with ``--cadence``): at a stop, the rows the cadence skipped within two rows of
+the best one (up to the stop) are evaluated too, counted in ``evals_used``, and the best of them
+and the best eval is delivered (``detectors._backfill``). The output gains ``delivered_step``:
+that step for a stopped job, the last row's step for one that ran to the end.
+
 Refused, with the line and job named: a row with fewer or more fields than the header (a
 truncated file), a step seen twice for one job (the service answers 409 to the same), a step
 that goes backwards, and a rule that needs a column the file
@@ -57,6 +62,7 @@ from .detectors import (
     parse_confirm,
     parse_spec,
 )
+from .detectors._backfill import Neighbours, Slot
 
 REQUIRED_COLUMNS = ("job_id", "step", "score")
 #: The column ``--confirm`` needs (``confirm_stderr`` and ``confirm_items`` are optional).
@@ -64,6 +70,8 @@ CONFIRM_COLUMN = "confirm_score"
 OUTPUT_COLUMNS = ("job_id", "stopped", "stop_step", "best_step", "best_score", "reason")
 #: The extra output column with ``--cadence``.
 CADENCE_COLUMN = "evals_used"
+#: The extra output column with ``--backfill``.
+DELIVERED_COLUMN = "delivered_step"
 PROGRESS_MIN_JOBS = 500
 #: rule name -> the optional column it cannot work without.
 NEEDED_COLUMN = {"fixed-progress": "progress", "loss-plateau": "loss", "slaq": "loss", "paired": "items"}
@@ -101,6 +109,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="confirm each alarm with the row's confirm_score (confirm_stderr, confirm_items) before "
         "stopping: optional size=N (routine evals, default 4), z=Z (default 3); adds evals_used",
+    )
+    parser.add_argument(
+        "--backfill",
+        action="store_true",
+        help="with --cadence: at a stop, also evaluate the skipped rows within two of the best one and "
+        "deliver the best; adds delivered_step",
     )
     parser.add_argument("--out", metavar="PATH", default="-", help="output CSV (default: stdout)")
     parser.set_defaults(run=run)
@@ -198,14 +212,18 @@ def replay_rows(
     on_job: Callable[[int, int], None] | None = None,
     cadence: CadencePolicy | None = None,
     confirm: Confirm | None = None,
+    backfill: bool = False,
 ) -> list[dict[str, Any]]:
     """Replay CSV-style rows through ``detector``; one result dict per job.
 
     Each dict has the keys of ``OUTPUT_COLUMNS`` and ``n_invalid`` (the scores the rule skipped):
     ``stopped`` is a bool, ``reason`` a str, the others an int, float or None; with ``cadence``
-    or ``confirm``, also ``evals_used``. ``on_job(done, total)`` is called after each job (for
-    progress display).
+    or ``confirm``, also ``evals_used``; with ``backfill`` (which needs ``cadence``), also
+    ``delivered_step``. ``on_job(done, total)`` is called after each job (for progress display).
     """
+    if backfill and cadence is None:
+        raise ValueError("backfill needs a cadence (with every row evaluated, no row is skipped)")
+    near: dict[str, Neighbours] = {}  # job -> the rows around its best (backfill only)
     monitors: dict[str, Monitor] = {}
     # job -> [rows seen, row index of the next eval the policy asks for] (cadence only)
     due: dict[str, list[int]] = {}
@@ -219,9 +237,12 @@ def replay_rows(
             continue
         seen = due[job]
         row, seen[0] = seen[0], seen[0] + 1
-        if row == seen[1] and not monitor.fired:
+        done_before, used = monitor.fired, row == seen[1] and not monitor.fired
+        if used:
             _observe(monitor, ev, line, where)
             seen[1] = row + monitor.next_eval().after
+        if backfill and not done_before:
+            near.setdefault(job, Neighbours()).add(Slot(ev.step, ev.score, used), monitor.state["best_step"])
     results = []
     for done, (job, monitor) in enumerate(monitors.items(), start=1):
         verdict = monitor.verdict
@@ -236,6 +257,8 @@ def replay_rows(
         }
         if cadence is not None or confirm is not None:
             result[CADENCE_COLUMN] = monitor.evals_used
+        if backfill:
+            _deliver(result, monitor, near[job])
         results.append(result)
         if on_job is not None:
             on_job(done, len(monitors))
@@ -249,8 +272,23 @@ def _observe(monitor: Monitor, ev: Eval, row: Row, where: str) -> None:
         monitor.observe_confirmation(confirmation_of(row, ev, where))
 
 
-def write_results(results: Iterable[Mapping[str, Any]], out: TextIO, with_cadence: bool = False) -> None:
-    columns = OUTPUT_COLUMNS + ((CADENCE_COLUMN,) if with_cadence else ())
+def _deliver(result: dict[str, Any], monitor: Monitor, near: Neighbours) -> None:
+    """``delivered_step`` (and the backfilled evals in ``evals_used``) of one replayed job."""
+    verdict = monitor.verdict
+    if verdict.stop_step is None or verdict.best_score is None:
+        result[DELIVERED_COLUMN] = near.recent[-1].step if near.recent else None
+        return
+    step, extra = near.backfill(monitor.sign, verdict.best_score, verdict.stop_step)
+    result[DELIVERED_COLUMN] = step
+    result[CADENCE_COLUMN] += extra
+
+
+def write_results(
+    results: Iterable[Mapping[str, Any]], out: TextIO, with_cadence: bool = False,
+    with_delivered: bool = False,
+) -> None:
+    columns = OUTPUT_COLUMNS + ((CADENCE_COLUMN,) if with_cadence else ()) + \
+        ((DELIVERED_COLUMN,) if with_delivered else ())
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(columns)
     for result in results:
@@ -262,6 +300,8 @@ def run(args: argparse.Namespace) -> int:
         detector = parse_spec(args.detector)
         cadence = None if args.cadence is None else parse_cadence(args.cadence)
         confirm = None if args.confirm is None else parse_confirm(args.confirm)
+        if args.backfill and cadence is None:
+            raise ValueError("--backfill needs --cadence (with every row evaluated, no row is skipped)")
     except ValueError as exc:
         print(f"evalstop replay: error: {exc}", file=sys.stderr)
         return 2
@@ -274,7 +314,7 @@ def run(args: argparse.Namespace) -> int:
                 return 2
             check_columns(reader.fieldnames, detector)
             results = replay_rows(reader, detector, on_job=_progress_reporter(sys.stderr), cadence=cadence,
-                                  confirm=confirm)
+                                  confirm=confirm, backfill=args.backfill)
     except (OSError, CurvesError) as exc:
         print(f"evalstop replay: error: {args.curves}: {exc}", file=sys.stderr)
         return 1
@@ -288,11 +328,11 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
     counted = cadence is not None or confirm is not None
     if args.out in (None, "-"):
-        write_results(results, sys.stdout, counted)
+        write_results(results, sys.stdout, counted, args.backfill)
         return 0
     try:
         with open(args.out, "w", newline="", encoding="utf-8") as out:
-            write_results(results, out, counted)
+            write_results(results, out, counted, args.backfill)
     except OSError as exc:
         print(f"evalstop replay: error: {exc}", file=sys.stderr)
         return 1

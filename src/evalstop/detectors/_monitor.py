@@ -129,6 +129,12 @@ class Monitor:
         return replace(verdict, reason=f"{why}; awaiting a confirmation eval")
 
     @property
+    def sign(self) -> float:
+        """1.0 when the rule's higher scores are better (mode max, and rules without a mode), -1.0
+        for mode min."""
+        return sign_of(getattr(self.detector, "mode", "max"))
+
+    @property
     def evals_used(self) -> int:
         """Evals run, in routine-eval units: every routine eval folded or cleared (and a pending
         alarm's), plus each confirmation at its size."""
@@ -280,8 +286,7 @@ class Monitor:
         best, ref = self.state["best_score"], self.best_ref or {}
         agreed, how = False, "no best eval to compare with"
         if best is not None:
-            sign = sign_of(getattr(self.detector, "mode", "max"))
-            agreed, how = confirm.agrees(sign, best, ref.get("stderr"), ref.get("items"), ev)
+            agreed, how = confirm.agrees(self.sign, best, ref.get("stderr"), ref.get("items"), ev)
         score = ev.score if is_valid(ev.score) else None
         entry = {"step": ev.step, "score": score, "agreed": agreed, "how": how}
         self.confirmations = (*self.confirmations, entry)
