@@ -121,6 +121,16 @@ def test_the_state_round_trips_mid_confirmation() -> None:
     assert Monitor.from_json(json.dumps(loaded.to_json(), allow_nan=False)) == loaded
 
 
+def test_a_corrupt_pending_alarm_is_refused() -> None:
+    monitor = Monitor(RULE, confirm=Confirm())
+    monitor.observe_many([*RISE, ev(4, 0.4)])
+    data = monitor.to_json()
+    with pytest.raises(ValueError, match="pending alarm must be a dict"):
+        Monitor.from_json({**data, "pending": [1, 2]})
+    with pytest.raises(ValueError, match="must have the keys"):
+        Monitor.from_json({**data, "pending": {**data["pending"], "state": {"n": 1}}})
+
+
 def test_a_state_saved_without_confirmations_loads_without_them() -> None:
     monitor = Monitor(RULE)
     monitor.observe_many(RISE)

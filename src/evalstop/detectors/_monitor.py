@@ -374,6 +374,9 @@ class Monitor:
         monitor = cls(rule, str(data.get("cadence") or DEFAULT_CADENCE), data.get("eval_interval"),
                       policy=OnDetect.from_json(data.get("policy")), confirm=data.get("confirm"))
         state, best_state, pending = data["state"], data.get("best_state"), data.get("pending")
+        if pending is not None and not (isinstance(pending, Mapping) and "step" in pending):
+            raise ValueError(f"The saved monitor's pending alarm must be a dict with a state and a step. "
+                             f"Got {pending!r}.")
         expected = set(monitor.state)
         for saved in (state, best_state, None if pending is None else pending.get("state")):
             if saved is not None and (not isinstance(saved, Mapping) or set(saved) != expected):
