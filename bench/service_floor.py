@@ -19,7 +19,8 @@ median ratio of CPU per score, service over floor. ``--on-loop`` makes the floor
 on psycopg's asyncio connection on the event loop instead of a worker thread.
 
 The gap between these figures and ``service_load.py --db postgresql --phases paced`` at the same
-rate is what evalstop's own request work costs (docs/service.md, "Performance"; the runs: bench/results/2026-12-02-service-performance.md).
+rate is what evalstop's own request work costs (docs/service.md, "Performance"; the runs:
+bench/results/2026-12-02-service-performance.md).
 """
 
 from __future__ import annotations

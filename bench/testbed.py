@@ -7,11 +7,20 @@ points: on a private local Ray head (or, with ``--engine slurm``, a private sing
 
 Per operating point (``--points``; docs/testbed.md, "Held-out prediction"):
 
-1. **calibrate**: ``evalstop testbed calibrate`` on a calibration trace of its own
-   (``--calibration-jobs`` jobs, seed ``--calibration-seed``: a trace no evaluation seed uses)
-   writes ``OUT/POINT/calibration/engine-model.json``;
-2. **evaluate**: for each seed, ``evalstop testbed --engine-model`` that file: the trace is predicted
-   from its plan and the model before it runs, then both arms run (``OUT/POINT/seed-N``).
+1. **calibrate**, ``--calibration-draws`` times: each draw runs ``--calibration-runs`` calibration
+   traces of their own seeds (``--calibration-jobs`` jobs; draw D takes the seeds from
+   ``--calibration-seed + D x runs`` upward, none an evaluation seed) and pools them into
+   ``OUT/POINT/calibration/draw-D/engine-model.json`` (``evalstop.testbed.calibration``);
+2. **evaluate**: for each seed, the trace is predicted from its plan by every draw's model before
+   it runs (``OUT/POINT/seed-N/draw-D/prediction.json``), then both arms run once
+   (``OUT/POINT/seed-N``), and each draw's prediction is held against that run
+   (``seed-N/draw-D/summary.json``).
+
+``--reuse`` redoes the analysis from the stored ``raw.json`` files and reads each draw's stored
+``engine-model.json`` as it is (never refitted or rewritten); it stops with one line, exit 2, when
+a stored prediction is not the one the code gives now. It also prints, per draw, each calibration
+run alone (its least squares terms as fitted: the single-draw calibration) beside the pooled
+model, both predicting the stored runs with each job's expected start-up.
 
 The points: ``quiet`` (the default trace: 150 steps of 0.06 s, so ~9 s of training against a
 start-up of one to a few seconds); ``loaded`` (the same with a CPU-bound process started by this
@@ -20,7 +29,9 @@ training); ``short`` (0.01 s steps: start-up larger than training); ``grpo`` (a 
 ``--grpo-share`` of tiny TRL GRPO jobs, the ``hf`` extra). Every point takes ``--jobs``,
 ``--slots`` etc. from the command line.
 
-Printed per point: for each figure, the mean over seeds with a 95 % Student-t interval and the
+Printed per point: per calibration draw, the enforced arm's mean JCT error over the seeds with its
+95 % t-interval, the seeds beyond 10 % and the seeds whose real mean JCT the prediction's 95 %
+range holds; then per draw, for each figure, the mean over seeds with a 95 % Student-t interval and the
 value of every seed, percentages as percentages: the held-out prediction error on mean and p95 JCT
 (enforced and shadow arm; each job's start-up sampled from the engine model's spread over
 ``--replicas`` replicas, and beside it the variants with each job's expected start-up and with one
@@ -50,9 +61,22 @@ import numpy as np
 from scipy import stats
 
 from evalstop.testbed import WorkloadSpec, make_plan
+from evalstop.testbed.calibration import run_alone
+from evalstop.testbed.engine_model import EngineModel
 from evalstop.testbed.grpo import GRPO_EVALS
-from evalstop.testbed.predict import REPLICAS
-from evalstop.testbed.run import ENGINE_MODEL, calibrate, finish, fit_model, run_testbed
+from evalstop.testbed.predict import REPLICAS, predict_sampled, predict_trace
+from evalstop.testbed.run import (
+    ENGINE_MODEL,
+    PREDICTION,
+    PredictionChanged,
+    calibration_folder,
+    calibration_specs,
+    finish,
+    pooled_model,
+    run_testbed,
+    save_prediction,
+)
+from evalstop.testbed.workload import JobPlan
 
 #: Operating point -> (changes to the trace, a CPU-bound process alongside?)
 POINTS: dict[str, tuple[dict[str, float], bool]] = {
@@ -119,6 +143,12 @@ def figures(summary: dict[str, Any]) -> dict[str, tuple[float | None, str]]:
             ),
             "start-up mean (s), enforced, real": (pred["enforced"].get("real_startup_mean_s"), "s"),
             "start-up mean (s), enforced, predicted": (pred["enforced"].get("pred_startup_mean_s"), "s"),
+            INSIDE: (
+                None
+                if "real_inside_band" not in pred["enforced"]
+                else float(pred["enforced"]["real_inside_band"]),
+                SHARE,
+            ),
             "held-out stops = real stops (share of seeds)": (
                 float(pred["enforced"]["pred_stopped"] == pred["enforced"]["real_stopped"]),
                 SHARE,
@@ -236,17 +266,18 @@ def command(args: argparse.Namespace, point: str, seed: int) -> str:
         f"--slots {args.slots} --seeds {seed} --interarrival {args.interarrival} "
         f"--step-time {args.step_time} "
         f"--sft-share {args.sft_share} --hack-share {args.hack_share} --max-slots {args.max_slots} "
-        f"--calibration-jobs {args.calibration_jobs} --calibration-seed {args.calibration_seed}"
+        f"--calibration-jobs {args.calibration_jobs} --calibration-seed {args.calibration_seed} "
+        f"--calibration-runs {args.calibration_runs} --calibration-draws {args.calibration_draws}"
         + (f" --grpo-share {args.grpo_share}" if point == "grpo" else "")
         + (" --sequential" if args.sequential else "")
     )
 
 
-def reuse(folder: Path, spec: WorkloadSpec, args: argparse.Namespace, cmd: str) -> dict[str, Any]:
-    """The analysis again from the stored ``raw.json`` (and ``prediction.json``), keeping what only
-    the run knew (warm-up time, run id, engine root, load average) from its ``summary.json``."""
+def meta_of(folder: Path, spec: WorkloadSpec, args: argparse.Namespace, cmd: str) -> dict[str, Any]:
+    """What :func:`finish` needs besides ``raw.json``: the trace, and what only the run knew
+    (warm-up time, run id, engine root, load average) from its ``summary.json``."""
     old = json.loads((folder / "summary.json").read_text()) if (folder / "summary.json").exists() else {}
-    meta = {
+    return {
         "spec": {
             **spec.__dict__,
             "slots": args.slots,
@@ -258,7 +289,6 @@ def reuse(folder: Path, spec: WorkloadSpec, args: argparse.Namespace, cmd: str) 
         "command": old.get("command", cmd),
         **{k: old[k] for k in ("warm_up_s", "run_id", "engine_root", "load_average") if k in old},
     }
-    return finish(folder, json.loads((folder / "raw.json").read_text()), meta, figures=not args.no_figures)
 
 
 T = TypeVar("T")
@@ -271,7 +301,7 @@ def attempt(run: Callable[[], T], what: str, folder: Path, tries: int = 2) -> T:
     for i in range(1, tries + 1):
         try:
             return run()
-        except (RuntimeError, TimeoutError, OSError, httpx.HTTPError) as exc:
+        except (RuntimeError, TimeoutError, OSError, subprocess.SubprocessError, httpx.HTTPError) as exc:
             print(f"{what}: attempt {i} of {tries} failed: {type(exc).__name__}: {exc}", flush=True)
             if i == tries:
                 raise
@@ -279,49 +309,71 @@ def attempt(run: Callable[[], T], what: str, folder: Path, tries: int = 2) -> T:
     raise AssertionError("unreachable")
 
 
-def run_point(args: argparse.Namespace, point: str) -> list[dict[str, tuple[float | None, str]]]:
-    root = args.out / point
+def calibration_draw(
+    args: argparse.Namespace, point: str, draw: int, options: dict[str, Any]
+) -> tuple[EngineModel, list[Path]]:
+    """Calibration draw ``draw`` of ``point``: ``--calibration-runs`` runs of their own seeds
+    pooled into ``OUT/POINT/calibration/draw-D/engine-model.json``, and the runs' folders. With
+    ``--reuse`` the stored model is read as it is: the one the evaluations used, never refitted."""
+    cal = args.out / point / "calibration" / f"draw-{draw}"
+    first = args.calibration_seed + draw * args.calibration_runs
+    specs = calibration_specs(spec_for(args, point, first, args.calibration_jobs), args.calibration_runs)
+    folders = [calibration_folder(cal, s) for s in specs]
+    if args.reuse:
+        return EngineModel.load(cal / ENGINE_MODEL), folders
+    for s, folder in zip(specs, folders, strict=True):
+        attempt(
+            partial(run_testbed, s, args.slots, folder, command=f"calibration of {point}", **options),
+            f"{point} calibration draw {draw} seed {s.seed}",
+            folder,
+        )
+    return pooled_model(cal, folders), folders
+
+
+def evaluate_seed(
+    args: argparse.Namespace, point: str, seed: int, models: list[EngineModel], options: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """One evaluation seed, run once (``OUT/POINT/seed-N``) and predicted by every draw's model
+    before it runs (``seed-N/draw-D/prediction.json``); the summary held against each draw's
+    prediction. With ``--reuse`` (and a stored ``raw.json``) the analysis again, which refuses a
+    prediction the code no longer gives."""
+    spec, folder = spec_for(args, point, seed, args.jobs), args.out / point / f"seed-{seed}"
+    cmd = command(args, point, seed)
+    draws = [folder / f"draw-{d}" for d in range(len(models))]
+    if not (args.reuse and (folder / "raw.json").exists()):
+
+        def run() -> dict[str, Any]:
+            plan = make_plan(spec)
+            for draw, model in zip(draws, models, strict=True):  # before the run
+                shape = (args.slots, not args.sequential, seed, args.replicas)
+                save_prediction(draw, predict_sampled(plan, model, *shape))
+            return run_testbed(spec, args.slots, folder, command=cmd, **options)
+
+        attempt(run, f"{point} seed {seed}", folder)
+    raw = json.loads((folder / "raw.json").read_text())
+    meta = meta_of(folder, spec, args, cmd)
+    return [finish(draw, raw, meta, figures=not args.no_figures) for draw in draws]
+
+
+def run_point(args: argparse.Namespace, point: str) -> list[list[dict[str, tuple[float | None, str]]]]:
+    """Per calibration draw, per evaluation seed: the figures."""
     options = {"engine": args.engine, "concurrent": not args.sequential}
     hog = subprocess.Popen([sys.executable, "-c", HOG]) if POINTS[point][1] else None
     try:
-        cal = root / "calibration"
-        cal_spec = spec_for(args, point, args.calibration_seed, args.calibration_jobs)
-        if args.reuse and (cal / "raw.json").exists():
-            model = fit_model(cal, reuse(cal, cal_spec, args, "calibration"))
-            model.save(cal / ENGINE_MODEL)
-        else:
-            model = attempt(
-                partial(calibrate, cal_spec, args.slots, cal, command=f"calibration of {point}", **options),
-                f"{point} calibration",
-                cal,
-            )
-        print(f"{point}: engine model {model.describe()}", flush=True)
-        runs = grpo_runs(json.loads((cal / "summary.json").read_text()))
-        rows = []
+        models, runs = [], []
+        for draw in range(args.calibration_draws):
+            model, folders = calibration_draw(args, point, draw, options)
+            print(f"{point} draw {draw}: engine model {model.describe()}", flush=True)
+            models.append(model)
+            stored = [f / "summary.json" for f in folders if (f / "summary.json").exists()]
+            runs += [r for f in stored for r in grpo_runs(json.loads(f.read_text()))]
+        rows: list[list[dict[str, tuple[float | None, str]]]] = [[] for _ in models]
         for seed in args.seeds:
-            spec, folder = spec_for(args, point, seed, args.jobs), root / f"seed-{seed}"
-            cmd = command(args, point, seed)
-            if args.reuse and (folder / "raw.json").exists():
-                summary = reuse(folder, spec, args, cmd)
-            else:
-                summary = attempt(
-                    partial(
-                        run_testbed,
-                        spec,
-                        args.slots,
-                        folder,
-                        command=cmd,
-                        engine_model=model,
-                        replicas=args.replicas,
-                        **options,
-                    ),
-                    f"{point} seed {seed}",
-                    folder,
-                )
-            rows.append(figures(summary))
+            for draw, summary in enumerate(evaluate_seed(args, point, seed, models, options)):
+                rows[draw].append(figures(summary))
+                brief = {k: None if v is None else round(v, 4) for k, (v, _) in rows[draw][-1].items()}
+                print(f"{point} draw {draw} seed {seed}: {json.dumps(brief)}", flush=True)
             runs += grpo_runs(summary)
-            brief = {k: None if v is None else round(v, 4) for k, (v, _) in rows[-1].items()}
-            print(f"{point} seed {seed}: {json.dumps(brief)}", flush=True)
         if contention(runs):
             print(f"{point}: {contention(runs)}", flush=True)
         return rows
@@ -329,6 +381,67 @@ def run_point(args: argparse.Namespace, point: str) -> list[dict[str, tuple[floa
         if hog is not None:
             hog.kill()
             hog.wait()
+
+
+def single_draws(args: argparse.Namespace, point: str) -> list[str]:
+    """With ``--reuse``: each calibration run alone, its least squares terms as fitted (the
+    single-draw calibration), against its draw's pooled model, both with each job's expected
+    start-up, on the stored evaluation runs: the enforced arm's mean JCT error over the seeds."""
+    lines = [
+        "  | draw | model | start-up: base + per busy slot (s) | mean JCT error, enforced [95 % t] | "
+        "seeds beyond 10 % |",
+        "  |---|---|---|---|---|",
+    ]
+    seeds = [args.out / point / f"seed-{seed}" for seed in args.seeds]
+    stored = [json.loads((f / "draw-0" / "summary.json").read_text()) for f in seeds]
+    curves = [json.loads((f / "draw-0" / PREDICTION).read_text())["curves"] for f in seeds]
+    for draw in range(args.calibration_draws):
+        pooled = EngineModel.load(args.out / point / "calibration" / f"draw-{draw}" / ENGINE_MODEL)
+        models = [("pooled", pooled)] + [
+            (f"run {r['fit']['seed']} alone", run_alone(pooled, i)) for i, r in enumerate(pooled.runs)
+        ]
+        for name, model in models:
+            errors = []
+            for summary, c in zip(stored, curves, strict=True):
+                plan = [JobPlan.from_json(j) for j in summary["plan"]]
+                pred = predict_trace(plan, model, args.slots, not args.sequential, curves=c)
+                real = summary["arms"]["enforced"]["jct_mean_s"]
+                errors.append(pred["arms"]["enforced"]["jct_mean_s"] / real - 1)
+            mean, lo, hi = t_interval(errors)
+            lines.append(
+                f"  | {draw} | {name} | {model.startup_base_s:.2f} {model.startup_per_busy_slot_s:+.3f} | "
+                f"{fmt(mean, PERCENT)} [{fmt(lo, PERCENT)}, {fmt(hi, PERCENT)}] | "
+                f"{sum(abs(e) > 0.10 for e in errors)} of {len(errors)} |"
+            )
+    return lines
+
+
+MEAN_ERROR = "held-out error, mean JCT, enforced"
+INSIDE = "real mean JCT inside the 95 % range, enforced (share of seeds)"
+
+
+def draws_table(rows: list[list[dict[str, tuple[float | None, str]]]]) -> list[str]:
+    """Per calibration draw: the enforced arm's mean JCT error over the seeds with its 95 %
+    t-interval, the seeds beyond 10 %, and the seeds whose real mean JCT the range holds."""
+    lines = [
+        "  | draw | mean JCT error, enforced [95 % t-interval] | seeds beyond 10 % | real inside the range |",
+        "  |---|---|---|---|",
+    ]
+    beyond_all = cells = 0
+    for draw, seeds in enumerate(rows):
+        errors = [e for r in seeds if (e := r.get(MEAN_ERROR, (None, ""))[0]) is not None]
+        inside = [x for r in seeds if (x := r.get(INSIDE, (None, ""))[0]) is not None]
+        if not errors:
+            continue
+        mean, lo, hi = t_interval(errors)
+        beyond = sum(abs(e) > 0.10 for e in errors)
+        beyond_all, cells = beyond_all + beyond, cells + len(errors)
+        lines.append(
+            f"  | {draw} | {fmt(mean, PERCENT)} [{fmt(lo, PERCENT)}, {fmt(hi, PERCENT)}] | "
+            f"{beyond} of {len(errors)} | {sum(bool(x) for x in inside)} of {len(inside)} |"
+        )
+    lines.append(f"  seeds x draws beyond 10 %: {beyond_all} of {cells}")
+    return lines
 
 
 def main() -> None:
@@ -340,7 +453,22 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=2)
     parser.add_argument("--seeds", type=int, nargs="+", default=list(range(8)))
     parser.add_argument("--calibration-jobs", type=int, default=16)
-    parser.add_argument("--calibration-seed", type=int, default=1000, help="no evaluation seed may use it")
+    parser.add_argument(
+        "--calibration-seed",
+        type=int,
+        default=1000,
+        help="the first calibration seed; draw D's runs take the next --calibration-runs seeds from "
+        "here + D x runs (none may be an evaluation seed)",
+    )
+    parser.add_argument(
+        "--calibration-runs", type=int, default=3, help="runs pooled into each engine model (default 3)"
+    )
+    parser.add_argument(
+        "--calibration-draws",
+        type=int,
+        default=1,
+        help="pooled engine models per point, each from its own runs; every seed is predicted by each",
+    )
     parser.add_argument("--interarrival", type=float, default=4.0)
     parser.add_argument("--step-time", type=float, default=0.06)
     parser.add_argument("--engine", choices=("ray", "slurm"), default="ray")
@@ -364,18 +492,41 @@ def main() -> None:
     )
     parser.add_argument("--no-figures", action="store_true", help="with --reuse: the reports without PNGs")
     args = parser.parse_args()
-    if args.calibration_seed in args.seeds:
+    for name in ("calibration_runs", "calibration_draws"):
+        if getattr(args, name) < 1:
+            flag, value = name.replace("_", "-"), getattr(args, name)
+            parser.error(f"--{flag} must be an int >= 1. Got {value} instead.")
+    n_calibration = args.calibration_runs * args.calibration_draws
+    calibration = range(args.calibration_seed, args.calibration_seed + n_calibration)
+    if set(calibration) & set(args.seeds):
         parser.error(
-            f"--calibration-seed {args.calibration_seed} is also an evaluation seed: it must be held out"
+            f"the calibration seeds {calibration.start}-{calibration.stop - 1} include an evaluation seed "
+            f"({sorted(set(calibration) & set(args.seeds))}): they must be held out"
         )
-    results = {point: run_point(args, point) for point in args.points}
+    try:
+        results = {point: run_point(args, point) for point in args.points}
+    except PredictionChanged as exc:
+        print(f"bench/testbed.py: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except ValueError as exc:  # a --reuse without the stored engine model
+        if not args.reuse:
+            raise
+        print(f"bench/testbed.py: --reuse: {exc}", file=sys.stderr)
+        sys.exit(2)
     print(
-        f"\n{args.jobs} jobs, {args.slots} slots per arm, {args.engine}; engine model per point from "
-        f"{args.calibration_jobs} jobs of seed {args.calibration_seed}"
+        f"\n{args.jobs} jobs, {args.slots} slots per arm, {args.engine}; per point {args.calibration_draws} "
+        f"engine model(s), each pooled over {args.calibration_runs} calibration runs of "
+        f"{args.calibration_jobs} jobs (seeds {calibration.start}-{calibration.stop - 1})"
     )
     for point, rows in results.items():
-        print(f"\n{point}:")
-        print("\n".join(table(rows, args.seeds)))
+        print(f"\n{point}, per calibration draw:")
+        print("\n".join(draws_table(rows)))
+        for draw, seeds in enumerate(rows):
+            print(f"\n{point}, draw {draw}:")
+            print("\n".join(table(seeds, args.seeds)))
+        if args.reuse:
+            print(f"\n{point}, each calibration run alone (least squares as fitted) and the pooled model:")
+            print("\n".join(single_draws(args, point)))
 
 
 if __name__ == "__main__":

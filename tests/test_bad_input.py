@@ -128,7 +128,7 @@ def test_reproduce_and_validate_bad_options(tmp_path: Path) -> None:
     code, err = _run(["reproduce", "--study", "noize"])
     assert code == 2 and "unknown study ['noize']" in err and "'noise'" in err
     code, err = _run_or_exit(["reproduce", "--seeds", "1"])
-    assert code == 2 and "evalstop reproduce: error: argument --seeds: must be an int >= 2" in err
+    assert code == 2 and "evalstop reproduce: error: argument --seeds: must be an int from 2 to 1000" in err
     (tmp_path / "empty").mkdir()
     code, err = _run(["validate", "--supervised", str(tmp_path / "empty"), "--runs-per-family", "1"])
     assert code == 2 and "--supervised: no curve" in err and "--supervised none" in err

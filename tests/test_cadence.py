@@ -11,6 +11,7 @@ import pytest
 from evalstop import replay
 from evalstop.detectors import (
     Adaptive,
+    CadenceWalk,
     Cusum,
     Eval,
     Every,
@@ -53,7 +54,7 @@ def test_specs_round_trip(spec: str, policy: object) -> None:
     ("spec", "match"),
     [
         ("sometimes:3", "Unknown cadence 'sometimes'"),
-        ("every:0", "The 'n' parameter of Every must be an int >= 1. Got 0 instead."),
+        ("every:0", "The 'n' parameter of Every must be an int >= 1 and <= 10000. Got 0 instead."),
         ("every:x", "The 'n' parameter of cadence 'every' must be an int. Got 'x' instead."),
         ("adaptive:every=2,dense=3", "'dense' parameter of Adaptive must be <= every=2. Got 3"),
         ("adaptive:often=2", "Unknown parameter 'often' for cadence 'adaptive'"),
@@ -118,6 +119,27 @@ def test_watch_feeds_only_the_asked_evals() -> None:
     assert used == [2, 5, 8, 9]
     assert adaptive.fired and adaptive.verdict.stop_step == evals[9].step
     assert adaptive.verdict.best_step == evals[5].step
+
+
+@pytest.mark.parametrize("cadence", ["every:1", "every:3", "adaptive:every=3", "adaptive:every=4,dense=2"])
+def test_a_cadence_walk_offered_one_eval_at_a_time_takes_what_it_takes_over_the_list(cadence: str) -> None:
+    # replay offers rows one by one, the simulator walks a list: the same evals, the same verdict
+    evals = dense(RISE_FALL)
+    rule = KDeclines(k=2, against="best")
+    listed, offered = Monitor(rule, cadence), Monitor(rule, cadence)
+    walk = CadenceWalk(offered)
+    used = watch(listed, evals)
+    taken = [i for i, ev in enumerate(evals) if walk.offer(ev)]
+    assert taken == used and used
+    assert offered.to_json() == listed.to_json()
+    assert walk.seen == len(evals)
+
+
+def test_the_walk_yields_each_index_before_folding_its_eval() -> None:
+    monitor = Monitor(KDeclines(k=50), "every:2")
+    seen = [(i, monitor.n_evals) for i in CadenceWalk(monitor).walk(dense(RISE_FALL))]
+    assert seen == [(1, 0), (3, 1), (5, 2), (7, 3), (9, 4), (11, 5), (13, 6)]
+    assert monitor.n_evals == 7
 
 
 def curves_csv(jobs: dict[str, list[float]]) -> str:

@@ -142,8 +142,9 @@ def test_a_state_saved_without_confirmations_loads_without_them() -> None:
 
 @pytest.mark.parametrize(
     ("spec", "message"),
-    [("size=0", "'size' parameter of Confirm must be an int >= 1. Got 0"),
+    [("size=0", "'size' parameter of Confirm must be an int >= 1 and <= 100. Got 0"),
      ("z=-1", "'z' parameter of Confirm"),
+     ("size=101", "'size' parameter of Confirm must be an int >= 1 and <= 100. Got 101"),
      ("n=3", "size=INT and z=FLOAT. Got 'n=3'"),
      ("size=x", "must be a number. Got 'x'")],
 )
@@ -154,3 +155,23 @@ def test_bad_confirmation_parameters_are_refused(spec: str, message: str) -> Non
 
 def test_confirm_spec_defaults() -> None:
     assert parse_confirm("") == Confirm(4, 3.0) and parse_confirm("size=8,z=2") == Confirm(8, 2.0)
+
+
+def test_a_cadence_walk_answers_each_alarm_before_it_moves_on() -> None:
+    from evalstop.detectors import CadenceWalk
+
+    history = [*RISE, ev(4, 0.3), ev(5, 0.72), ev(6, 0.75), ev(7, 0.76), ev(8, 0.4)]
+    answers = {4: ev(4, 0.69, 0.02), 8: ev(8, 0.41, 0.02)}  # a spike, then a real fall
+    monitor = Monitor(RULE, "every:1", confirm=Confirm())
+    used = list(CadenceWalk(monitor, lambda e: answers[e.step]).walk(history))
+    assert used == list(range(8)) and monitor.verdict.stop_step == 8
+    assert [c["agreed"] for c in monitor.confirmations] == [False, True]
+    assert monitor.evals_used == 8 + 2 * 4
+
+
+def test_a_cadence_walk_with_no_confirmation_source_stops_at_the_alarm() -> None:
+    from evalstop.detectors import watch
+
+    monitor = Monitor(RULE, confirm=Confirm())
+    assert watch(monitor, [*RISE, ev(4, 0.3), ev(5, 0.72)]) == [0, 1, 2, 3]
+    assert monitor.pending is not None and not monitor.fired

@@ -309,7 +309,7 @@ def test_malformed_specs(spec: str, pattern: str) -> None:
 @pytest.mark.parametrize(
     ("spec", "pattern"),
     [
-        ("evalstop:k=0", r"The 'k' parameter of KDeclines must be an int >= 1\. Got 0 instead"),
+        ("evalstop:k=0", r"'k' parameter of KDeclines must be an int >= 1 and <= 1000000\. Got 0 instead"),
         ("evalstop:k=2.5", r"The 'k' parameter of KDeclines .* Got 2\.5 instead"),
         ("evalstop:against=worst", r"The 'against' parameter of KDeclines .* Got 'worst' instead"),
         ("fixed-progress:at=true", r"The 'at' parameter of FixedProgress .* Got True instead"),

@@ -4,8 +4,9 @@ made exactly as the README makes it (its first block), with the venv active as t
 A block may be marked by an HTML comment on the line before it:
 - ``<!-- docs-test: skip (reason) -->``: not run; the reason is required (too slow, or it needs
   something the test cannot start, such as a Ray cluster) and is printed as the skip reason;
-- ``<!-- docs-test: server -->``: it starts a server in the background: the test gives it a free
-  port instead of 8000 and stops whatever the block left running.
+- ``<!-- docs-test: server -->``: it starts a server in the background: the block runs as
+  written while another server (one that answers every request) holds port 8000, the port a
+  quick start is tempted to assume, and the test stops whatever the block left running.
 Blocks run in document order (README first), one bash process each, ``set -euo pipefail``. pip
 uses its normal cache, so the installs cost little after the first run.
 """
@@ -17,9 +18,12 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
+import sys
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -64,10 +68,39 @@ def test_every_shell_block_is_run_or_says_why_not() -> None:
         assert block.mark in ("", "server") or block.skip_reason, f"{block.source}: bad mark {block.mark!r}"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+class _AnswersEverything(BaseHTTPRequestHandler):
+    """Another service: 200 and a JSON body to every request, whatever it asks."""
+
+    def _yes(self) -> None:
+        body = b'{"status": "ok", "token": "not-yours", "id": "not-yours"}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = _yes
+
+    def log_message(self, *_args: object) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def another_server_on_8000() -> Iterator[None]:
+    """Port 8000 held by a server that answers every request, while the block runs (if something
+    holds it already, that is the same situation)."""
+    try:
+        server = ThreadingHTTPServer(("127.0.0.1", 8000), _AnswersEverything)
+    except OSError:
+        yield
+        return
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 @pytest.fixture(scope="module")
@@ -98,12 +131,12 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _run_block(folder: Path, body: str) -> tuple[int, str]:
+def _run_block(folder: Path, body: str, env: dict[str, str] | None = None) -> tuple[int, str]:
     script = ("set -euo pipefail\n"
               "if [ -f .venv/bin/activate ]; then source .venv/bin/activate; fi\n" + body)
     log = folder / ".docs-test.log"
     with log.open("w") as out:  # a file, not a pipe: a background server must not hold it open
-        proc = subprocess.Popen(["bash", "-c", script], cwd=folder, env=_env(), stdout=out,
+        proc = subprocess.Popen(["bash", "-c", script], cwd=folder, env=env or _env(), stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)
         try:
             code = proc.wait(timeout=600)
@@ -121,7 +154,23 @@ def test_the_command_runs_as_documented(clone: tuple[Path, int, str], block: Blo
         pytest.skip(block.skip_reason)
     folder, code, out = clone
     if block is not shell_blocks()[0] and block.body != shell_blocks()[0].body:
-        body = block.body.replace("8000", str(_free_port())) if block.mark == "server" else block.body
-        code, out = _run_block(folder, body)
+        with another_server_on_8000() if block.mark == "server" else contextlib.nullcontext():
+            code, out = _run_block(folder, block.body)
     assert code == 0, f"{block.source} failed ({code}):\n{block.body}\n--- output ---\n{out[-4000:]}"
     assert "Traceback" not in out, out[-4000:]
+
+
+@pytest.mark.parametrize("block", [b for b in shell_blocks() if b.mark == "server"], ids=lambda b: b.source)
+def test_a_server_block_runs_here_while_another_server_holds_8000(tmp_path: Path, block: Block) -> None:
+    """The same block in this environment (its installs left out), without a fresh clone: the
+    quick start must reach the server it started, not the one on 8000."""
+    if shutil.which("curl") is None or shutil.which("jq") is None:
+        pytest.skip("the quick start needs curl and jq")
+    pytest.importorskip("uvicorn", reason="the quick start needs the service extra")
+    body = "\n".join(line for line in block.body.splitlines() if not line.startswith("pip install"))
+    env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
+    with another_server_on_8000():
+        code, out = _run_block(tmp_path, body, env)
+    assert code == 0, f"{block.source} failed ({code}):\n{body}\n--- output ---\n{out[-4000:]}"
+    assert "Traceback" not in out, out[-4000:]
+    assert '"decision":"stop"' in out and '"best_checkpoint_uri":"s3://ckpt/100"' in out, out[-4000:]

@@ -182,7 +182,7 @@ def test_bad_spec_exits_2_with_the_message(tmp_path: Path, capsys: pytest.Captur
     assert replay.run(args) == 2
     out, err = capsys.readouterr()
     assert out == ""
-    assert "The 'k' parameter of KDeclines must be an int >= 1. Got 0 instead." in err
+    assert "The 'k' parameter of KDeclines must be an int >= 1 and <= 1000000. Got 0 instead." in err
 
 
 def test_unknown_detector_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -278,3 +278,18 @@ def test_cli_subprocess_replay(tmp_path: Path) -> None:
     bad = subprocess.run([*cmd[:-1], "evalstop:k=0"], capture_output=True, text=True, timeout=60, check=False)
     assert bad.returncode == 2
     assert "The 'k' parameter of KDeclines" in bad.stderr
+
+
+def test_the_columns_a_rule_needs_come_from_the_rule() -> None:
+    # a rule declares what it reads: a new rule needs no table in the replay tool
+    class NeedsProgressAndLoss(KDeclines):
+        reads = ("progress", "loss")
+
+    rule = NeedsProgressAndLoss(k=2)
+    replay.check_columns(["job_id", "step", "score", "progress", "loss"], rule)
+    with pytest.raises(CurvesError, match=r"rule needs a 'loss' column"):
+        replay.check_columns(["job_id", "step", "score", "progress"], rule)
+    replay.check_columns(["job_id", "step", "score"], KDeclines(k=2))
+    rules = map(parse_spec, ("slaq", "paired", "fixed-progress", "cusum"))
+    assert {type(r).__name__: r.reads for r in rules} == {
+        "SlaqLoss": ("loss",), "Paired": ("items",), "FixedProgress": ("progress",), "Cusum": ()}

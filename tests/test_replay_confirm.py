@@ -101,4 +101,4 @@ def test_cli_refuses_confirm_without_the_column(tmp_path: Path, capsys: pytest.C
 def test_cli_refuses_bad_confirm_parameters(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["replay", write(tmp_path, CURVES), "--confirm", "size=0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "'size' parameter of Confirm must be an int >= 1. Got 0" in err[0]
+    assert len(err) == 1 and "'size' parameter of Confirm must be an int >= 1 and <= 100. Got 0" in err[0]

@@ -26,7 +26,7 @@ def test_correction_specs_apply(spec: str, knob: str, before: float, after: floa
 
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"on_detect": "pause"}, "'on_detect' parameter of OnDetect must be one of 'rewind', 'stop'. Got 'pau"),
-    ({"max_rewinds": -1}, "'max_rewinds' parameter of OnDetect must be an int >= 0. Got -1"),
+    ({"max_rewinds": -1}, "'max_rewinds' parameter of OnDetect must be an int >= 0 and <= 1000. Got -1"),
     ({"on_detect": "rewind", "correction": "temp=2"}, "unknown knob 'temp' in 'temp=2'. Valid knobs: kl_c"),
     ({"on_detect": "rewind", "correction": "lr*=-2"}, "finite factor > 0 for 'lr'. Got '-2' in 'lr\\*=-2'"),
     ({"on_detect": "rewind", "correction": "lr=0"}, "finite value > 0 for 'lr'. Got '0'"),

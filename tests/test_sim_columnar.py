@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from evalstop.detectors import Eval, KDeclines, Monitor, _kdeclines
-from evalstop.schedulers import FIFO, EvalStop, SRTFEst
+from evalstop.schedulers import FIFO, EvalStop, JobView, KillPlan, Scheduler, SRTFEst
 from evalstop.sim._kill_plan import batch_plan
 from evalstop.sim.cluster import SimConfig, simulate
 from evalstop.sim.outcome import OutcomeTable
@@ -66,6 +66,53 @@ def test_batch_plan_only_for_plain_evalstop_over_kdeclines_on_dense_evals() -> N
     assert batch_plan(SRTFEst(), table) is None
     records = Workload(workload.config, workload.seed, workload.jobs, workload.truth)
     assert batch_plan(EvalStop(SRTFEst(), KDeclines()), records.table) is None
+
+
+class OwnMonitors(EvalStop):
+    def monitor(self, job: JobView) -> Monitor | None:
+        return Monitor(self.detector)
+
+
+class OwnWatch(EvalStop):
+    def watches(self, job: JobView) -> bool:
+        return True
+
+
+class BaseWithMonitors(FIFO):
+    def monitor(self, job: JobView) -> Monitor | None:
+        return Monitor(KDeclines())
+
+
+class LoudStart(EvalStop):
+    def on_start(self, job: JobView, now: float) -> None:
+        super().on_start(job, now)
+
+
+@pytest.mark.parametrize(("scheduler", "plan"), [
+    (FIFO(), KillPlan()),
+    (EvalStop(SRTFEst(), KDeclines(), watch=("rlhf",)), KillPlan(KDeclines(), frozenset({"rlhf"}))),
+    (EvalStop(FIFO(), KDeclines(), watch=None), KillPlan(KDeclines(), None)),
+    (EvalStop(FIFO(), KDeclines(), cadence="every:2"), None),  # a cadence skips evals: per job
+    (EvalStop(EvalStop(FIFO(), KDeclines()), KDeclines()), None),  # the base hands out monitors
+    (EvalStop(BaseWithMonitors(), KDeclines()), None),
+    (BaseWithMonitors(), None),
+    (OwnMonitors(FIFO(), KDeclines()), None),  # a subclass that makes its monitors its own way
+    (OwnWatch(FIFO(), KDeclines()), None),
+])
+def test_the_scheduler_says_whether_its_kills_can_be_planned_at_once(
+        scheduler: Scheduler, plan: KillPlan | None) -> None:
+    assert scheduler.kill_plan() == plan
+
+
+def test_a_wrapper_hands_out_its_bases_hooks_unless_it_defines_them() -> None:
+    base = SRTFEst()
+    wrapped = EvalStop(base, KDeclines())
+    assert wrapped.hook("rank_key") == base.rank_key
+    assert wrapped.hook("on_start") is None and FIFO().hook("on_start") is None  # the no-op: skipped
+    assert wrapped.hook("monitor") == wrapped.monitor
+    loud = LoudStart(base, KDeclines())
+    assert loud.hook("on_start") == loud.on_start and loud.hook("on_stop") is None
+    assert BaseWithMonitors().hook("monitor") is not None
 
 
 @pytest.mark.parametrize("path", ["fast", "events"])

@@ -201,3 +201,24 @@ def test_evalstop_simulate_prints_the_eval_columns_only_when_evals_are_timed() -
     assert table.splitlines()[0].endswith("| evals per RLHF job | eval GPU-h |")
     assert table.splitlines()[3].endswith("| 6.0 | 0 |")  # 6 evals of 50 s on 2 GPUs: 0.17 GPU-h
     assert "eval GPU-h: GPU-hours spent running evals" in table
+
+
+def test_a_detector_sweep_keeps_the_policys_cadence() -> None:
+    doc = {"name": "s", "title": "t", "description": "d", "seeds": 2, "baseline": "a", "treatment": "a",
+           "workload": {"n_jobs": 20, "total_gpus": 8},
+           "policy": [{"label": "a", "detector": "evalstop:k=2", "cadence": "every:3", "watch": "all"}],
+           "sweep": {"param": "detector.k", "values": [1, 3]}}
+    points = parse_study(doc).points
+    assert [p.policies[0].detector for p in points] == ["evalstop:k=1", "evalstop:k=3"]
+    assert [(p.policies[0].cadence, p.policies[0].watch) for p in points] == [("every:3", None)] * 2
+
+
+def test_a_policy_table_takes_the_fields_defaults() -> None:
+    assert PolicySpec.from_doc({}) == PolicySpec("srtf")
+    assert PolicySpec.from_doc({"base": "fifo"}) == PolicySpec("fifo", "fifo", watch=("rlhf",))
+    spec = PolicySpec.from_doc({"label": "x", "detector": "default", "watch": ["rlhf", "lora"],
+                                "cadence": "every:2"})
+    assert (spec.label, spec.base, spec.watch, spec.cadence) == ("x", "srtf", ("rlhf", "lora"), "every:2")
+    assert PolicySpec.from_doc({"watch": "all"}).watch is None
+    with pytest.raises(ValueError, match=r"'watch' must be \"all\" or a list of job kinds\. Got 'rlhf'"):
+        PolicySpec.from_doc({"watch": "rlhf"})

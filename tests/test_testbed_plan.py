@@ -96,7 +96,9 @@ def test_rule_scores_leave_borderline_out() -> None:
 @pytest.mark.parametrize(("argv", "message"), [(["--slots", "0"], "'--slots' parameter"),
                                                (["--jobs", "0"], "'n_jobs' parameter"),
                                                (["--max-slots", "3"], "'--max-slots' parameter"),
-                                               (["--max-slots", "0"], "'max_slots' parameter")])
+                                               (["--max-slots", "0"], "'max_slots' parameter"),
+                                               (["calibrate", "--calibration-runs", "0"],
+                                                "'--calibration-runs' parameter must be an int >= 1. Got 0")])
 def test_cli_refuses_bad_sizes_before_starting_anything(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

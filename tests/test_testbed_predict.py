@@ -17,6 +17,10 @@ eval from the default rule). On those records:
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -27,9 +31,10 @@ import pytest
 from evalstop import Monitor
 from evalstop.detectors import DEFAULT_SPEC, Eval
 from evalstop.testbed import WorkloadSpec, make_plan
-from evalstop.testbed.engine_model import EngineModel, KindTiming, fit
+from evalstop.testbed.calibration import fit, pool, resample
+from evalstop.testbed.engine_model import EngineModel, KindTiming, RunObservations, observe
 from evalstop.testbed.predict import curve, predict_sampled, predict_trace
-from evalstop.testbed.run import PREDICTION, finish
+from evalstop.testbed.run import PREDICTION, PredictionChanged, finish
 from evalstop.testbed.workload import JobPlan
 
 SPEC = WorkloadSpec(n_jobs=12, seed=7, mean_interarrival_s=1.5, step_time_s=0.05, max_slots=2)
@@ -63,9 +68,12 @@ def curves(plan: list[JobPlan]) -> dict[str, dict[str, list[Any]]]:
     return {j.name: CURVES[j] for j in plan}
 
 
-def made_run(plan: list[JobPlan], model: EngineModel) -> dict[str, list[dict[str, Any]]]:
-    """The raw records of a run on an engine that behaves exactly as ``model`` says."""
-    pred = predict_trace(plan, model, SLOTS, concurrent=True, curves=curves(plan))
+def made_run(
+    plan: list[JobPlan], model: EngineModel, deviations: dict[str, np.ndarray] | None = None
+) -> dict[str, list[dict[str, Any]]]:
+    """The raw records of a run on an engine that behaves exactly as ``model`` says (each job's
+    start-up off by its ``deviations``, per arm in the order of arrival: default none)."""
+    pred = predict_trace(plan, model, SLOTS, concurrent=True, curves=curves(plan), deviations=deviations)
     raw: dict[str, list[dict[str, Any]]] = {}
     for arm in ("shadow", "enforced"):
         records = []
@@ -155,7 +163,9 @@ def test_fit_recovers_the_engine_and_the_prediction_its_run(plan: list[JobPlan])
         assert pred["arms"][arm]["jct_mean_s"] == pytest.approx(real, rel=0.01), arm
 
 
-def test_prediction_reads_nothing_from_the_evaluated_run(plan: list[JobPlan], tmp_path: Path) -> None:
+def test_corrupting_the_evaluated_run_leaves_the_prediction_unchanged(
+    plan: list[JobPlan], tmp_path: Path
+) -> None:
     model = fit(
         made_run(make_plan(WorkloadSpec(**{**SPEC.__dict__, "seed": 8})), TRUE), plan, {"concurrent": True}
     )
@@ -217,6 +227,149 @@ def test_the_sampled_prediction_is_seeded_and_follows_the_spread(plan: list[JobP
         assert first["arms"][arm]["jct_mean_s"] != pytest.approx(mean, rel=1e-3)  # the spread moved it
     with pytest.raises(ValueError, match="'replicas' parameter"):
         predict_sampled(plan, TRUE, SLOTS, True, 7, replicas=0, curves=c)
+
+
+def noisy_run(seed: int, model: EngineModel, sd_s: float) -> RunObservations:
+    """What a calibration run of seed ``seed`` observes on an engine behaving as ``model``, each
+    start-up off by a seeded normal deviation of ``sd_s``."""
+    plan = make_plan(WorkloadSpec(**{**SPEC.__dict__, "seed": seed}))
+    rng = np.random.default_rng(seed)
+    deviations = {arm: rng.normal(0.0, sd_s, len(plan)) for arm in ("shadow", "enforced")}
+    raw = made_run(plan, model, deviations)
+    return observe(raw, plan, {"concurrent": True, "spec": {"seed": seed}})
+
+
+FLAT = replace(TRUE, startup_per_busy_slot_s=0.0)  # no load term: the start-up ignores the load
+
+
+def test_a_spurious_load_slope_of_one_run_is_dropped_by_the_pooled_calibration() -> None:
+    runs = [noisy_run(seed, FLAT, 0.6) for seed in (29, 30, 31)]
+    alone = pool(runs[:1], {})  # one draw: noise that looks like a load term
+    assert alone.terms["per_busy_slot"]["kept"] and alone.startup_per_busy_slot_s > 0.25
+    pooled = pool(runs, {"seeds": [29, 30, 31]})
+    term = pooled.terms["per_busy_slot"]
+    assert not term["kept"] and pooled.startup_per_busy_slot_s == 0.0
+    lo, hi = term["interval"]
+    assert lo < 0 < hi and len(term["per_run"]) == 3 and term["per_run"][0] > 0.3
+    # a dropped term leaves the start-up at the pooled mean of every job of every run
+    startups = [s for r in runs for _, _, s in r.startups]
+    if not pooled.terms["per_extra_slot"]["kept"]:
+        assert pooled.startup_s(busy=5, width=1) == pytest.approx(np.mean(startups), rel=1e-12)
+    assert pooled.startup_mean_s == pytest.approx(np.mean(startups), rel=1e-12)
+    # the model file records each run's own fit and observations, and round-trips
+    assert [r["fit"]["seed"] for r in pooled.runs] == [29, 30, 31]
+    assert pooled.runs[0]["fit"]["per_busy_slot"] == pytest.approx(alone.terms["per_busy_slot"]["estimate"])
+    assert EngineModel.from_json(json.loads(json.dumps(pooled.to_json()))) == pooled
+
+
+def test_a_real_load_slope_survives_the_pooling_shrunk_a_little() -> None:
+    pooled = pool([noisy_run(seed, TRUE, 0.2) for seed in (50, 51, 52)], {})
+    for name, true in (("per_busy_slot", 0.4), ("per_extra_slot", 0.5)):
+        term = pooled.terms[name]
+        lo, hi = term["interval"]
+        assert term["kept"] and 0 < lo < true < hi, (name, term)
+        assert 0.9 < term["shrink"] < 1 and term["value"] == pytest.approx(term["estimate"] * term["shrink"])
+    assert pooled.startup_per_busy_slot_s == pytest.approx(0.4, abs=0.06)
+    assert pooled.startup_per_extra_slot_s == pytest.approx(0.5, abs=0.06)
+
+
+def test_the_range_carries_the_calibrations_uncertainty(plan: list[JobPlan]) -> None:
+    """Calibration runs that disagree (start-ups 1 s apart) widen the replicas' range, through the
+    bootstrap over runs; a model of one run is not resampled, so its prediction is as before."""
+    slow = replace(FLAT, startup_base_s=3.0)
+    runs = [noisy_run(60, FLAT, 0.3), noisy_run(61, slow, 0.3), noisy_run(62, FLAT, 0.3)]
+    pooled = pool(runs, {})
+    rng = np.random.default_rng(0)
+    assert len({resample(pooled, rng).startup_base_s for _ in range(8)}) > 2  # the draws differ
+    no_bootstrap = replace(pooled, runs=[])
+    c = curves(plan)
+    spread = {}
+    for name, model in (("bootstrap", pooled), ("start-up only", no_bootstrap)):
+        pred = predict_sampled(plan, model, SLOTS, True, SPEC.seed, replicas=16, curves=c)
+        spread[name] = np.ptp(pred["sampling"]["replica_jct_mean_s"]["enforced"])
+        assert pred["sampling"]["calibration_runs"] == (3 if model.runs else 1)
+    assert spread["bootstrap"] > 1.2 * spread["start-up only"]
+    alone = pool(runs[:1], {})
+    assert resample(alone, np.random.default_rng(0)) is alone
+
+
+def test_finish_refuses_a_changed_prediction(
+    plan: list[JobPlan], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from evalstop.testbed import predict
+
+    model = replace(TRUE, startup_residual_sd_s=0.5)
+    pred = predict_sampled(plan, model, SLOTS, True, SPEC.seed, replicas=4, curves=curves(plan))
+    raw = made_run(plan, TRUE)
+    (tmp_path / PREDICTION).write_text(json.dumps(pred))
+    assert finish(tmp_path, raw, meta(plan), figures=False)["prediction"]  # the same code: accepted
+    (tmp_path / "summary.json").unlink()
+    # the prediction code changed since the run (here: the start-up sampler's stream)
+    monkeypatch.setattr(predict, "STARTUP_STREAM", predict.STARTUP_STREAM + 1)
+    with pytest.raises(PredictionChanged, match=r"prediction\.json differs .*\(arms\.") as caught:
+        finish(tmp_path, raw, meta(plan), figures=False)
+    assert "\n" not in str(caught.value)
+    assert not (tmp_path / "summary.json").exists()  # refused before writing anything
+    monkeypatch.undo()
+    # or the stored file was edited
+    edited = json.loads(json.dumps(pred))
+    edited["arms"]["enforced"]["jct_mean_s"] += 1.0
+    (tmp_path / PREDICTION).write_text(json.dumps(edited))
+    with pytest.raises(PredictionChanged, match=r"arms\.enforced\.jct_mean_s: stored"):
+        finish(tmp_path, raw, meta(plan), figures=False)
+
+
+def test_bench_reuse_keeps_the_calibration_and_refuses_a_changed_prediction(
+    plan: list[JobPlan], tmp_path: Path
+) -> None:
+    """``bench/testbed.py --reuse`` on a stored point: the analysis again, the engine model file
+    untouched; a stored prediction the code does not give is refused in one line, exit 2."""
+    root = Path(__file__).resolve().parents[1]
+    cal = tmp_path / "quiet" / "calibration" / "draw-0"
+    cal.mkdir(parents=True)
+    model = pool([noisy_run(seed, TRUE, 0.3) for seed in (70, 71, 72)], {"seeds": [70, 71, 72]})
+    model.save(cal / "engine-model.json")
+    stored_model = (cal / "engine-model.json").read_bytes()
+    seed = tmp_path / "quiet" / f"seed-{SPEC.seed}"
+    (seed / "draw-0").mkdir(parents=True)
+    pred = predict_sampled(plan, model, SLOTS, True, SPEC.seed, replicas=4, curves=curves(plan))
+    (seed / "draw-0" / PREDICTION).write_text(json.dumps(pred))
+    (seed / "raw.json").write_text(json.dumps(made_run(plan, TRUE)))
+    argv = [sys.executable, str(root / "bench" / "testbed.py"), "--reuse", "--no-figures", "--points"]
+    argv += ["quiet", "--jobs", "12", "--seeds", str(SPEC.seed), "--interarrival", "1.5", "--step-time"]
+    argv += ["0.05", "--max-slots", "2", "--slots", str(SLOTS), "--out", str(tmp_path)]
+    env = {**os.environ, "PYTHONPATH": str(root / "src")}
+
+    def bench() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600, check=False)
+
+    done = bench()
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "seeds x draws beyond 10 %: " in done.stdout
+    assert "| 0 | run 72 alone |" in done.stdout  # each calibration run alone, beside the pooled model
+    summary = json.loads((seed / "draw-0" / "summary.json").read_text())
+    assert summary["prediction"]["enforced"]["pred_jct_mean_s"] == pred["arms"]["enforced"]["jct_mean_s"]
+    assert (cal / "engine-model.json").read_bytes() == stored_model  # never refitted or rewritten
+    edited = json.loads(json.dumps(pred))
+    edited["arms"]["shadow"]["jct_p95_s"] *= 1.01
+    (seed / "draw-0" / PREDICTION).write_text(json.dumps(edited))
+    done = bench()
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr[-3000:]
+    assert "arms.shadow.jct_p95_s: stored" in done.stderr and "Traceback" not in done.stderr
+    assert (cal / "engine-model.json").read_bytes() == stored_model
+
+
+def test_the_docs_pytest_selections_select_tests() -> None:
+    """Every ``pytest FILE -k WORD`` (or ``-k "A or B"``) in docs/testbed.md selects a test of
+    FILE with each word."""
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "docs" / "testbed.md").read_text()
+    found = re.findall(r"pytest (?:-\w+ )*(tests/\S+\.py) -k (\"[^\"]+\"|\w+)", text)
+    assert ("tests/test_testbed_predict.py", "corrupt") in found
+    for path, expression in found:
+        names = re.findall(r"^def (test_\w+)", (root / path).read_text(), flags=re.M)
+        for word in expression.strip('"').split(" or "):
+            assert any(word in n for n in names), (path, word)
 
 
 def test_a_bad_engine_model_file_is_a_one_line_error(

@@ -77,7 +77,7 @@ def test_eval_noise_changes_scores_but_not_the_truth() -> None:
 
 
 def test_changing_one_kind_leaves_the_other_kinds_curves_alone() -> None:
-    """_draw_curve draws the same number of values per job whatever its kind."""
+    """_draw_curves draws the same number of values per job whatever its kind."""
     base = generate(PAPER.with_(n_jobs=300), seed=4)
     other = generate(PAPER.with_(n_jobs=300, lora_gain=(0.6, 0.9), dpo_rate=(8.0, 9.0)), seed=4)
     for spec, a, b in zip(base.jobs, base.truth, other.truth, strict=True):

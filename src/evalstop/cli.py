@@ -35,8 +35,9 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("replay", "evalstop.replay", "replay recorded eval curves through a stopping rule"),
     ("bank", "evalstop.workloads.bank", "write a bank of eval curves from miniature RL runs"),
     ("validate", "evalstop.experiments.validate", "score stopping rules on the bank and real curves"),
-    ("rewind", "evalstop.experiments.rewind_cmd", "rewind vs stop on real TRL GRPO runs (issue 23's study)"),
+    ("rewind", "evalstop.experiments.rewind_cmd", "rewind instead of stop, measured on real TRL GRPO runs"),
     ("report", "evalstop.experiments.report", "write the Markdown/HTML/PNG report of a results directory"),
+    ("watch", "evalstop.sidecar.cli", "watch a run's log, stop it if it hacks, keep its best checkpoint"),
     ("serve", "evalstop.service.cli", "run the EvalStop service (needs the 'service' extra)"),
     ("testbed", "evalstop.testbed.cli", "real Ray or Slurm jobs + a real service, shadow vs enforced"),
 )

@@ -53,6 +53,7 @@ from .detectors import (
     DEFAULT_SPEC,
     REGISTRY,
     CadencePolicy,
+    CadenceWalk,
     Confirm,
     Detector,
     Eval,
@@ -73,8 +74,6 @@ CADENCE_COLUMN = "evals_used"
 #: The extra output column with ``--backfill``.
 DELIVERED_COLUMN = "delivered_step"
 PROGRESS_MIN_JOBS = 500
-#: rule name -> the optional column it cannot work without.
-NEEDED_COLUMN = {"fixed-progress": "progress", "loss-plateau": "loss", "slaq": "loss", "paired": "items"}
 
 Row = Mapping[str, str | None]
 
@@ -129,12 +128,13 @@ def check_columns(columns: Iterable[str] | None, detector: Detector | None = Non
             f"curves file is missing required column(s) {', '.join(missing)}; "
             f"columns found: {', '.join(sorted(present)) or 'none'}"
         )
-    rule = getattr(type(detector), "name", None)
-    needed = NEEDED_COLUMN.get(rule or "")
-    if needed is not None and needed not in present:
+    if detector is None:
+        return
+    needed = [c for c in detector.reads if c not in present]
+    if needed:
         raise CurvesError(
-            f"the {rule!r} rule needs a {needed!r} column, which the file lacks (columns found: "
-            f"{', '.join(sorted(present))}); add it, or choose another rule with --detector"
+            f"the {detector.name!r} rule needs a {needed[0]!r} column, which the file lacks (columns "
+            f"found: {', '.join(sorted(present))}); add it, or choose another rule with --detector"
         )
 
 
@@ -225,22 +225,26 @@ def replay_rows(
         raise ValueError("backfill needs a cadence (with every row evaluated, no row is skipped)")
     near: dict[str, Neighbours] = {}  # job -> the rows around its best (backfill only)
     monitors: dict[str, Monitor] = {}
-    # job -> [rows seen, row index of the next eval the policy asks for] (cadence only)
-    due: dict[str, list[int]] = {}
+    walks: dict[str, CadenceWalk] = {}  # with a cadence: each job's rows, one opportunity each
+    current: list[tuple[Row, str]] = [({}, "")]  # the row being read, for its confirmation columns
+
+    def confirmation(ev: Eval) -> Eval:
+        return confirmation_of(current[0][0], ev, current[0][1])
+
     for job, ev, line, where in _read(rows):
+        current[0] = (line, where)
         monitor = monitors.get(job)
         if monitor is None:
             monitor = monitors[job] = Monitor(detector, cadence, confirm=confirm)
-            due[job] = [0, monitor.next_eval().after - 1]
+            if cadence is not None:
+                walks[job] = CadenceWalk(monitor, confirmation)
         if cadence is None:
-            _observe(monitor, ev, line, where)
+            monitor.observe(ev)
+            if monitor.pending is not None:
+                monitor.observe_confirmation(confirmation(ev))
             continue
-        seen = due[job]
-        row, seen[0] = seen[0], seen[0] + 1
-        done_before, used = monitor.fired, row == seen[1] and not monitor.fired
-        if used:
-            _observe(monitor, ev, line, where)
-            seen[1] = row + monitor.next_eval().after
+        done_before = monitor.fired
+        used = walks[job].offer(ev)
         if backfill and not done_before:
             near.setdefault(job, Neighbours()).add(Slot(ev.step, ev.score, used), monitor.state["best_step"])
     results = []
@@ -263,13 +267,6 @@ def replay_rows(
         if on_job is not None:
             on_job(done, len(monitors))
     return results
-
-
-def _observe(monitor: Monitor, ev: Eval, row: Row, where: str) -> None:
-    """Fold the eval in; if it raises an alarm, answer it with the row's confirmation."""
-    monitor.observe(ev)
-    if monitor.pending is not None:
-        monitor.observe_confirmation(confirmation_of(row, ev, where))
 
 
 def _deliver(result: dict[str, Any], monitor: Monitor, near: Neighbours) -> None:

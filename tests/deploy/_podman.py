@@ -9,7 +9,6 @@ import shutil
 import subprocess
 import threading
 import time
-import tomllib
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -45,31 +44,6 @@ def podman(*args: str, timeout: float = 600, check: bool = True) -> subprocess.C
     return proc
 
 
-def build_context(dest: Path, wheel_cache: Path, python: str) -> None:
-    """What the Containerfile copies, plus a wheel of every requirement (and of the build
-    backend) made by the host's pip with its own index settings, so that the build stage installs
-    with ``PIP_NO_INDEX=1``; they are kept in ``wheel_cache`` for the next run."""
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
-        shutil.copy2(ROOT / name, dest / name)
-    shutil.copytree(ROOT / "src", dest / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    wheels = dest / "deploy" / "container" / "wheels"
-    wheels.mkdir(parents=True)
-    shutil.copy2(ROOT / "deploy" / "container" / "Containerfile", dest / "deploy" / "container")
-    wheel_cache.mkdir(parents=True, exist_ok=True)
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    needs = [*project["project"]["dependencies"], *project["project"]["optional-dependencies"]["service"],
-             *project["build-system"]["requires"]]
-    fetch = [python, "-m", "pip", "wheel", "-q", "--wheel-dir", str(wheel_cache), "--find-links",
-             str(wheel_cache), *needs]
-    # the wheels of an earlier run, if they still satisfy every requirement; else the host's index
-    if subprocess.run([*fetch, "--no-index"], capture_output=True, timeout=300).returncode != 0:
-        subprocess.run(fetch, check=True, capture_output=True, timeout=900)
-    for wheel in wheel_cache.glob("*.whl"):
-        shutil.copy2(wheel, wheels / wheel.name)
-    for path in dest.rglob("*"):  # the same files make the same layers: podman's cache holds
-        os.utime(path, (0, 0), follow_symlinks=False)
-
-
 def start_postgres(root: Path, port: int, password: str) -> tuple[Path, str]:
     """A PostgreSQL cluster on ``port`` (every address: podman's bridge appears only with its
     first container), password auth from loopback and the bridge only; returns (pg_ctl, data)."""
@@ -103,9 +77,9 @@ def stop_postgres(pg_ctl: Path, data: str) -> None:
 class Receiver:
     """A webhook receiver on the host, reachable from the containers over the bridge."""
 
-    def __init__(self) -> None:
+    def __init__(self, handler: type[StopHook] = StopHook) -> None:
         self.state: dict[str, Any] = {"log": [], "stopped": set(), "lock": threading.Lock()}
-        self.server = ThreadingHTTPServer(("0.0.0.0", 0), StopHook)
+        self.server = ThreadingHTTPServer(("0.0.0.0", 0), handler)
         self.server.state = self.state  # type: ignore[attr-defined]
         self.url = f"http://host.containers.internal:{self.server.server_address[1]}/hook"
         threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()

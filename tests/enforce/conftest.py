@@ -1,11 +1,13 @@
 """Fixtures shared by the enforcement tests: a private Ray head and a Jobs API client of it
 (test_enforce_ray.py, test_enforce_resubmit.py), and a private single-node Slurm
-(test_enforce_slurm.py, test_enforce_resubmit.py). Each module that asks gets its own."""
+(test_enforce_slurm.py, test_enforce_resubmit.py) with slurmrestd on a unix socket. Each module
+that asks gets its own."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -44,3 +46,12 @@ def slurm() -> Iterator[SlurmCluster]:
         pytest.skip(reason)
     with private_cluster("evs-slurm-") as cluster:
         yield cluster
+
+
+@pytest.fixture(scope="module")
+def rest_socket(slurm: SlurmCluster) -> Path:
+    """slurmrestd of ``slurm`` on a unix socket (``rest_auth/local``: the caller's Unix user)."""
+    sock = slurm.start_rest()
+    if sock is None:
+        pytest.skip("slurmrestd not installed: apt-get install slurmrestd")
+    return sock

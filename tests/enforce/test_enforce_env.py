@@ -105,3 +105,48 @@ def test_sbatch_gets_export_none_or_the_declared_variables_only(
     assert seen["argv"][0] == "--export=RUN_MODE,B" and seen["argv"][1].startswith("--export-file=")
     assert seen["export_file"] == "RUN_MODE=resumed, with=commas\0B=x=y\0"
     assert "RUN_MODE" not in seen["env"]  # the values reach the job, not sbatch's own environment
+
+
+# -- who a resubmission runs as (the submit_as settings) ------------------------------------------
+@pytest.mark.parametrize(("settings", "says"), [
+    ({"submit_as": ["acme"]}, "'submit_as' setting of the slurm adapter must be a mapping"),
+    ({"submit_as": {"acme": "-u0"}}, "'submit_as.acme.user' setting"),
+    ({"submit_as": {"acme": "a b"}}, "'submit_as.acme.user' setting"),
+    ({"submit_as": {"acme": {"user": "u", "token": "t"}}}, "a user name only (the CLI submits with --uid)"),
+    ({"submit_as_service_user": "yes"}, "'submit_as_service_user' setting of the slurm adapter must be true"),
+])
+def test_submit_as_settings_are_checked_at_start(settings: dict[str, object], says: str) -> None:
+    with pytest.raises(ValueError, match=r"^The '") as info:
+        get_adapter("slurm", settings)
+    assert says in str(info.value)
+
+
+def test_a_tenant_without_a_mapping_is_refused_unless_the_operator_opts_in() -> None:
+    from evalstop.service.adapters import AdapterError, JobRef
+
+    job = JobRef("j1", "acme", "12")
+    adapter = get_adapter("slurm", {"submit_as": {"other": "bob"}})
+    with pytest.raises(AdapterError, match=r"tenant 'acme' has no Slurm user .*'submit_as' setting") as info:
+        adapter.resubmit(job, {"script": "x"}, "#!/bin/bash\n", 1)
+    assert not info.value.retryable and "\n" not in str(info.value)
+    assert get_adapter("slurm", {"submit_as_service_user": True}).submit_as.for_job(job).user is None  # type: ignore[attr-defined]
+    mapped = get_adapter("slurm", {"submit_as": {"acme": "alice"}}).submit_as  # type: ignore[attr-defined]
+    assert mapped.for_job(job).user == "alice"
+
+
+def test_a_tenants_token_file_stays_a_path_and_is_read_at_each_submission(tmp_path: Path) -> None:
+    """Through ``get_adapter`` (which reads ``*_file`` secrets), a ``submit_as`` token file is
+    kept as a path, so a rotated JWT is picked up; the adapter's own token file is read."""
+    from evalstop.service.adapters import JobRef
+
+    pytest.importorskip("httpx")
+    own, alice = tmp_path / "own.jwt", tmp_path / "alice.jwt"
+    own.write_text("service-jwt\n")
+    alice.write_text("first\n")
+    adapter = get_adapter("slurm", {"rest_url": "http://127.0.0.1:9", "user": "svc", "token_file": str(own),
+                                    "submit_as": {"acme": {"user": "alice", "token_file": str(alice)}}})
+    submitter = adapter.submit_as.for_job(JobRef("j1", "acme", "12"))  # type: ignore[attr-defined]
+    assert submitter.read_token() == "first"
+    alice.write_text("rotated\n")
+    assert submitter.read_token() == "rotated"
+    assert adapter._client.headers["X-SLURM-USER-TOKEN"] == "service-jwt"  # type: ignore[attr-defined]

@@ -4,9 +4,11 @@ service core (ingest, outbox, worker) against the real local engines."""
 from __future__ import annotations
 
 import json
+import shutil
 import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,7 @@ import sqlalchemy as sa
 from slurm_cluster import SlurmCluster
 
 from evalstop.service import controls, domain
-from evalstop.service.adapters import JobRef, NotOwned
+from evalstop.service.adapters import AdapterError, JobRef, NotOwned, get_adapter
 from evalstop.service.context import ServiceContext
 from evalstop.service.ingest import ScoreIn, ingest_scores
 from evalstop.service.settings import ServiceSettings
@@ -135,16 +137,39 @@ sleep 600
 """
 
 
-def _first_attempt(slurm: SlurmCluster, tmp_path: Path, **settings: Any) -> tuple[str, ServiceContext]:
+def _first_attempt(
+    slurm: SlurmCluster, tmp_path: Path, submit: dict[str, Any] | None = None, **settings: Any
+) -> tuple[str, ServiceContext]:
     """A first attempt running under account 'alpha' (its Slurm id), and a service (no worker
-    thread) whose Slurm adapter talks to ``slurm``."""
+    thread) whose Slurm adapter talks to ``slurm``, resubmitting as ``submit`` says (default:
+    as the service's own user, root here)."""
     first = tmp_path / "first.sh"
     first.write_text("#!/bin/bash\nsleep 600\n")
     old_id = slurm.sbatch(first, "--account=alpha")
-    db, adapters = f"sqlite:///{tmp_path / 'e.db'}", {"slurm": {"slurm_conf": str(slurm.conf)}}
+    submit = {"submit_as_service_user": True} if submit is None else submit
+    db, adapters = f"sqlite:///{tmp_path / 'e.db'}", {"slurm": {"slurm_conf": str(slurm.conf), **submit}}
     ctx = ServiceContext.build(ServiceSettings(database_url=db, run_worker=False, adapter_settings=adapters,
                                                **settings))
     return old_id, ctx
+
+
+def _rewound(ctx: ServiceContext, old_id: str, resubmit: dict[str, Any]) -> str:
+    """Register acme's Slurm job ``old_id`` with the ``resubmit`` template and rewind it."""
+    spec = domain.JobSpec(external_ref=old_id, target="slurm", detector="evalstop:k=2", grace_period_s=5,
+                          on_detect="rewind", correction="lr*=0.5", resubmit=resubmit)
+    job_id = str(domain.register_job(ctx.store, "acme", spec, ctx.adapters.check)["id"])
+    _rewind(ctx, job_id, "/ckpt/checkpoint-2")
+    return job_id
+
+
+def _refused(ctx: ServiceContext, job_id: str) -> str:
+    """Run the worker until the delivery fails for good; its error."""
+    def failed() -> bool:
+        ctx.worker.run_once()
+        return bool(domain.get_job(ctx.store, job_id, "acme")["state"] == "stop_failed")
+
+    _wait(failed, "the refused resubmission", 120)
+    return str(domain.get_job(ctx.store, job_id, "acme")["deliveries"][0]["last_error"])
 
 
 def test_slurm_rewind_stops_the_job_and_sbatches_the_next_attempt(
@@ -253,27 +278,151 @@ SERVICE_ENV = {"EVALSTOP_ADMIN_TOKEN": ADMIN_TOKEN,
                "EVALSTOP_ADAPTER_SETTINGS": json.dumps({"slurm": {"token": "rest-s3cret"}})}
 
 
+@pytest.fixture
+def shared_dir(slurm: SlurmCluster) -> Iterator[Path]:
+    """A directory the Slurm user 'nobody' can write (its job's output), and a cluster
+    directory it can enter (slurmd runs its script from the spool there)."""
+    slurm.root.chmod(0o755)
+    out = Path(tempfile.mkdtemp(prefix="evs-shared-"))
+    out.chmod(0o1777)
+    yield out
+    shutil.rmtree(out, ignore_errors=True)
+
+
 def test_a_resubmitted_job_gets_none_of_the_service_environment(
-    slurm: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    slurm: SlurmCluster, tmp_path: Path, shared_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The service runs with its admin token, database URL and adapter settings in its
-    environment; the job it resubmits prints its environment: none of them is there, the
-    variable the template declares is."""
+    environment; the job it resubmits (as the tenant's Slurm user) prints its environment:
+    none of them is there, the variable the template declares is."""
     for name, value in SERVICE_ENV.items():
         monkeypatch.setenv(name, value)
-    old_id, ctx = _first_attempt(slurm, tmp_path)
-    domain.create_tenant(ctx.store, "acme", scope={"slurm": {"accounts": ["alpha"]}})
-    template = {"script": ENV_SCRIPT.format(out=tmp_path), "env": {"RUN_MODE": "resumed, with=commas"}}
+    old_id, ctx = _first_attempt(slurm, tmp_path, {"submit_as": {"acme": "nobody"}})
+    # the first attempt is root's (the test submits it); the next runs as nobody
+    scope = {"slurm": {"accounts": ["alpha"], "users": ["nobody", "root"]}}
+    domain.create_tenant(ctx.store, "acme", scope=scope)
+    template = {"script": ENV_SCRIPT.format(out=shared_dir), "env": {"RUN_MODE": "resumed, with=commas"}}
     spec = domain.JobSpec(external_ref=old_id, target="slurm", detector="evalstop:k=2", grace_period_s=5,
                           on_detect="rewind", correction="lr*=0.5", resubmit=template)
     job_id = domain.register_job(ctx.store, "acme", spec, ctx.adapters.check)["id"]
     _rewind(ctx, job_id, "/ckpt/checkpoint-2")
     new_id = _deliver(ctx, job_id, old_id)["external_ref"]
-    out = tmp_path / f"env-{new_id}.out"
+    out = shared_dir / f"env-{new_id}.out"
     _wait(lambda: out.exists() and "SLURM_JOB_ID=" in out.read_text(), "the job's environment", 60)
     lines = out.read_text().splitlines()
     assert "RUN_MODE=resumed, with=commas" in lines and f"SLURM_JOB_ID={new_id}" in lines
+    assert "SLURM_JOB_USER=nobody" in lines  # the tenant's Slurm user, not the service's
     assert [line for line in lines if line.startswith("EVALSTOP_")] == []
     for secret in (DB_PASSWORD, ADMIN_TOKEN, "rest-s3cret"):
         assert secret not in out.read_text()
     ctx.store.dispose()
+
+
+def test_a_tenant_without_a_slurm_user_is_refused_in_one_line(slurm: SlurmCluster, tmp_path: Path) -> None:
+    """No 'submit_as' entry for the tenant (and no opt-in to the service's user): the stop goes
+    through, the resubmission is refused for good, naming the setting, and nothing is submitted."""
+    old_id, ctx = _first_attempt(slurm, tmp_path, {"submit_as": {"other": "nobody"}})
+    domain.create_tenant(ctx.store, "acme", scope={"slurm": {"accounts": ["alpha"]}})
+    job_id = _rewound(ctx, old_id, {"script": SCRIPT.format(out=tmp_path)})
+    error = _refused(ctx, job_id)
+    assert "tenant 'acme' has no Slurm user to resubmit as" in error and "'submit_as' setting" in error
+    assert "\n" not in error
+    assert ctx.adapters.get("slurm").is_stopped(JobRef(job_id, "acme", old_id))  # the stop went through
+    named = ["squeue", "--noheader", "--states=all", f"--name=evalstop-{job_id}-r1", "--format=%i"]
+    assert slurm.run(*named).stdout.split() == []
+    ctx.store.dispose()
+
+
+def test_a_held_job_outside_the_scope_is_cancelled_before_it_runs(
+    slurm: SlurmCluster, tmp_path: Path, shared_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scope allows Slurm user 'root' only (the first attempt's), the tenant is mapped to
+    'nobody': the new job is submitted held, the check fails, the job is cancelled while held
+    and never runs, even with a controller slow to answer the check (2 s here: long enough
+    for an unheld job to start)."""
+    old_id, ctx = _first_attempt(slurm, tmp_path, {"submit_as": {"acme": "nobody"}})
+    domain.create_tenant(ctx.store, "acme", scope={"slurm": {"accounts": ["alpha"], "users": ["root"]}})
+    script = f"#!/bin/bash\n#SBATCH --output={shared_dir}/held-%j.out\ntouch {shared_dir}/it-ran\n"
+    adapter = ctx.adapters.get("slurm")
+    run = adapter.run  # type: ignore[attr-defined]
+
+    def slow_controller(argv: list[str], *args: Any, **kwargs: Any) -> Any:
+        if argv[:3] == ["scontrol", "show", "job"] and argv[-1] != old_id:
+            time.sleep(2.0)
+        return run(argv, *args, **kwargs)
+
+    monkeypatch.setattr(adapter, "run", slow_controller)
+    job_id = _rewound(ctx, old_id, {"script": script})
+    error = _refused(ctx, job_id)
+    assert "the user of Slurm job" in error and "outside tenant 'acme'" in error, error
+    named = ["squeue", "--noheader", "--states=all", f"--name=evalstop-{job_id}-r1", "--format=%i %T %u"]
+    (new_id, new_state, user), = [line.split() for line in slurm.run(*named).stdout.splitlines()]
+    assert (new_state, user) == ("CANCELLED", "nobody")
+    time.sleep(2.0)  # a job that had been released would have run by now
+    assert not (shared_dir / "it-ran").exists()
+    assert "RunTime=00:00:00" in slurm.run("scontrol", "show", "job", "-o", new_id).stdout
+    ctx.store.dispose()
+
+
+# -- Slurm through slurmrestd ---------------------------------------------------------------------
+def test_slurmrestd_resubmits_held_and_releases_only_a_job_in_scope(
+    slurm: SlurmCluster, rest_socket: Path, shared_dir: Path
+) -> None:
+    """Over slurmrestd (rest_auth/local: the service's own user, opted into): the job is
+    submitted held with only the template's variables, released once in scope, and runs; with
+    a scope that does not list its user it is cancelled while held and never runs. A tenant
+    without a mapping is refused before anything is sent."""
+    adapter = get_adapter("slurm", {"rest_socket": str(rest_socket), "submit_as_service_user": True})
+    script = f"#!/bin/bash\nenv > {shared_dir}/env-$SLURM_JOB_ID\nsleep 600\n"
+    template = {"script": script, "env": {"RUN_MODE": "resumed, with=commas"}}
+    ok = JobRef("j-rest", "acme", "1", scope={"slurm": {"users": ["root"]}})
+    new_id = adapter.resubmit(ok, template, script, 1)
+    out = shared_dir / f"env-{new_id}"
+    _wait(lambda: out.exists() and "SLURM_JOB_ID=" in out.read_text(), "the released job", 60)
+    lines = out.read_text().splitlines()
+    assert "RUN_MODE=resumed, with=commas" in lines and not [x for x in lines if x.startswith("EVALSTOP_")]
+    assert adapter.resubmit(ok, template, script, 1) == new_id  # idempotent: found by name and user
+    slurm.run("scancel", new_id)
+    refused = JobRef("j-rest2", "acme", "1", scope={"slurm": {"users": ["nobody"]}})
+    with pytest.raises(NotOwned, match="the user of Slurm job"):
+        adapter.resubmit(refused, template, script, 1)
+    named = ["squeue", "--noheader", "--states=all", "--name=evalstop-j-rest2-r1", "--format=%i %T"]
+    (held_id, state), = [line.split() for line in slurm.run(*named).stdout.splitlines()]
+    time.sleep(2.0)
+    assert state == "CANCELLED" and not (shared_dir / f"env-{held_id}").exists()
+    strict = get_adapter("slurm", {"rest_socket": str(rest_socket)})
+    with pytest.raises(AdapterError, match="'submit_as' setting"):
+        strict.resubmit(ok, template, script, 2)
+    adapter.close()
+    strict.close()
+
+
+def test_slurmrestd_resubmits_as_the_tenants_user_with_its_token(
+    slurm: SlurmCluster, shared_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """slurmrestd with JWT auth: the tenant's job is submitted with its Slurm user's token (read
+    from a file) and runs as that user; the token is in no log line, repr or error."""
+    sock = slurm.start_rest("jwt")
+    if sock is None:
+        pytest.skip("slurmrestd not installed: apt-get install slurmrestd")
+    token = slurm.token("nobody")
+    token_file = tmp_path / "nobody.jwt"
+    token_file.write_text(token + "\n")
+    submit_as = {"acme": {"user": "nobody", "token_file": str(token_file)},
+                 "mallory": {"user": "nobody", "token": "bogus-jwt"}}
+    settings = {"rest_socket": str(sock), "submit_as": submit_as}
+    adapter = get_adapter("slurm", settings)
+    script = f"#!/bin/bash\nid -un > {shared_dir}/user-$SLURM_JOB_ID\nsleep 600\n"
+    job = JobRef("j-jwt", "acme", "1", scope={"slurm": {"users": ["nobody"]}})
+    caplog.set_level("DEBUG")
+    new_id = adapter.resubmit(job, {"script": script}, script, 1)
+    out = shared_dir / f"user-{new_id}"
+    _wait(lambda: out.exists() and out.read_text().strip() != "", "the tenant's job", 60)
+    assert out.read_text().strip() == "nobody"
+    assert "UserId=nobody(" in slurm.run("scontrol", "show", "job", "-o", new_id).stdout
+    with pytest.raises(AdapterError) as info:
+        adapter.resubmit(JobRef("j-jwt2", "mallory", "1"), {"script": script}, script, 1)
+    for text in (caplog.text, repr(adapter), repr(adapter.submit_as), str(info.value)):  # type: ignore[attr-defined]
+        assert token not in text and "bogus-jwt" not in text
+    slurm.run("scancel", new_id)
+    adapter.close()

@@ -37,14 +37,6 @@ def submit(slurm: SlurmCluster, out: Path, on_term: str) -> str:
     return job_id
 
 
-@pytest.fixture(scope="module")
-def rest_socket(slurm: SlurmCluster) -> Path:
-    sock = slurm.start_rest()
-    if sock is None:
-        pytest.skip("slurmrestd not installed: apt-get install slurmrestd")
-    return sock
-
-
 @pytest.fixture(params=["cli", "rest"])
 def make_adapter(request: pytest.FixtureRequest, slurm: SlurmCluster) -> Any:
     """Builds the adapter for both transports: the CLI, and slurmrestd on a unix socket."""

@@ -18,21 +18,33 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from schemathesis.checks import not_a_server_error  # noqa: E402
 
 from evalstop.service.app import create_app  # noqa: E402
+from evalstop.service.store import metadata, open_store  # noqa: E402
 
 from ._support import ADMIN, Api, make_settings  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def fuzz_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    db = tmp_path_factory.mktemp("fuzz") / "evalstop.db"
-    app = create_app(make_settings(f"sqlite:///{db}", max_body_bytes=65536, max_batch=50))
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def fuzz_env(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Any]]:
+    """The fuzzed service on SQLite and on PostgreSQL (where NUL in text, or a value longer than
+    its column, is refused by the database itself: the service must answer 4xx first)."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path_factory.mktemp('fuzz') / 'evalstop.db'}"
+    else:
+        url = request.getfixturevalue("postgres_url")
+    app = create_app(make_settings(url, max_body_bytes=65536, max_batch=50))
     with TestClient(app) as client:
         api = Api(client)
         token = api.tenant("fuzz")
         job = api.job(token)
         yield {"app": app, "token": token, "job_id": job["id"]}
+    if request.param == "postgresql":
+        store = open_store(url)
+        metadata.drop_all(store.engine)
+        store.dispose()
 
 
 def test_no_input_causes_a_server_error(fuzz_env: dict[str, Any]) -> None:

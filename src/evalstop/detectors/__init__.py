@@ -18,8 +18,8 @@ from ._patience import Patience
 from ._policy import STOP, Correction, OnDetect
 from ._rewind import Rewind
 from ._slaq import SlaqLoss
-from ._spec import DEFAULT_SPEC, REGISTRY, format_spec, parse_spec
-from ._watch import watch
+from ._spec import DEFAULT_SPEC, REGISTRY, detector_for, format_spec, parse_spec
+from ._watch import CadenceWalk, watch
 
 __all__ = [
     "DEFAULT_CADENCE",
@@ -28,6 +28,7 @@ __all__ = [
     "STOP",
     "Adaptive",
     "CadencePolicy",
+    "CadenceWalk",
     "Confirm",
     "Correction",
     "Cusum",
@@ -51,7 +52,9 @@ __all__ = [
     "RuleEvidence",
     "SlaqLoss",
     "Verdict",
+    "detector_for",
     "format_cadence",
+
     "format_spec",
     "parse_cadence",
     "parse_confirm",

@@ -106,6 +106,10 @@ class Detector(ABC):
     #: Constructor parameters that size the state or the work per eval (mann-kendall's
     #: ``max_window``): a service bounds each one (``rule_max_window``, docs/service.md).
     size_params: ClassVar[tuple[str, ...]] = ()
+    #: The optional fields of an eval the rule cannot decide without (``progress``, ``loss``,
+    #: ``items``): a source of evals must carry them (``evalstop replay`` refuses a curves file
+    #: without such a column). The score and step every rule reads are not listed.
+    reads: ClassVar[tuple[str, ...]] = ()
 
     @property
     def state_window(self) -> int:

@@ -28,6 +28,9 @@ from typing import Any, cast
 from .._validation import check_int
 
 DEFAULT_CADENCE = "every:1"
+#: The most opportunities a policy may skip (``every:N``): a job evaluating every step would
+#: still be watched every 10,000 steps, and a hint's step stays far inside an int64.
+MAX_AFTER = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +87,7 @@ class Every(CadencePolicy):
     name = "every"
 
     def __post_init__(self) -> None:
-        check_int("Every", "n", self.n, min_value=1)
+        check_int("Every", "n", self.n, min_value=1, max_value=MAX_AFTER)
 
     def after(self, elevated: bool) -> int:
         return self.n
@@ -99,8 +102,8 @@ class Adaptive(CadencePolicy):
     name = "adaptive"
 
     def __post_init__(self) -> None:
-        check_int("Adaptive", "every", self.every, min_value=1)
-        check_int("Adaptive", "dense", self.dense, min_value=1)
+        check_int("Adaptive", "every", self.every, min_value=1, max_value=MAX_AFTER)
+        check_int("Adaptive", "dense", self.dense, min_value=1, max_value=MAX_AFTER)
         if self.dense > self.every:
             raise ValueError(f"The 'dense' parameter of Adaptive must be <= every={self.every}. "
                              f"Got {self.dense!r} instead.")

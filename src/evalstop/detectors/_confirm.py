@@ -33,6 +33,11 @@ from .._validation import check_float, check_int
 from ._base import Eval, is_valid
 from ._noise import finite_items, mean_and_se
 
+#: Bounds of the parameters: a confirmation of more than 100 routine evals, or a test stricter
+#: than 20 standard errors, is a typo rather than a choice.
+MAX_SIZE = 100
+MAX_Z = 20.0
+
 
 @dataclass(frozen=True, slots=True)
 class Confirm:
@@ -43,8 +48,8 @@ class Confirm:
     z: float = 3.0
 
     def __post_init__(self) -> None:
-        check_int("Confirm", "size", self.size, min_value=1)
-        check_float("Confirm", "z", self.z, low=0.0, low_open=True)
+        check_int("Confirm", "size", self.size, min_value=1, max_value=MAX_SIZE)
+        check_float("Confirm", "z", self.z, low=0.0, high=MAX_Z, low_open=True)
 
     def agrees(
         self, sign: float, best_score: float, best_stderr: float | None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .._validation import check_choice, check_float, check_int
+from .._validation import MAX_COUNT, MAX_SCALE, check_choice, check_float, check_int, check_share
 from ._base import Detector, Eval, RuleEvidence, State, is_valid, offer, sign_of
 from ._noise import SIGMA_WINDOW, online_sigma, push_value, sigma_state
 
@@ -13,6 +13,8 @@ from ._noise import SIGMA_WINDOW, online_sigma, push_value, sigma_state
 _TINY = 1e-12
 #: Cap on the statistic, so that the state stays finite (JSON) after a huge drop.
 _G_CAP = 1e300
+#: The most ``threshold`` and ``drift`` may be, in noise sds (a real one is below 100).
+MAX_THRESHOLD = 1e6
 
 
 @dataclass(frozen=True)
@@ -71,17 +73,17 @@ class Cusum(Detector):
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
-        check_float(owner, "threshold", self.threshold, low=0.0, low_open=True)
-        check_float(owner, "drift", self.drift, low=0.0)
-        check_float(owner, "sigma", self.sigma, low=0.0)
-        check_float(owner, "min_delta", self.min_delta, low=0.0)
-        check_int(owner, "n_warmup_evals", self.n_warmup_evals, min_value=1)
+        check_float(owner, "threshold", self.threshold, low=0.0, high=MAX_THRESHOLD, low_open=True)
+        check_float(owner, "drift", self.drift, low=0.0, high=MAX_THRESHOLD)
+        check_float(owner, "sigma", self.sigma, low=0.0, high=MAX_SCALE)
+        check_float(owner, "min_delta", self.min_delta, low=0.0, high=MAX_SCALE)
+        check_int(owner, "n_warmup_evals", self.n_warmup_evals, min_value=1, max_value=MAX_COUNT)
         check_choice(owner, "mode", self.mode, ("max", "min"))
-        check_float(owner, "per", self.per, low=0.0)
+        check_share(owner, "per", self.per)
         check_float(owner, "warmup", self.warmup, low=0.0, high=1.0)
         check_choice(owner, "sigma_from", self.sigma_from, ("all", "best"))
         check_choice(owner, "elevate", self.elevate, ("best", "g"))
-        check_float(owner, "hold", self.hold, low=0.0, high=1.0)
+        check_share(owner, "hold", self.hold)
 
     @property
     def state_window(self) -> int:

@@ -20,6 +20,7 @@ class FixedProgress(Detector):
     at: float = 0.65
     mode: str = "max"
     name = "fixed-progress"
+    reads = ("progress",)
 
     def __post_init__(self) -> None:
         owner = type(self).__name__

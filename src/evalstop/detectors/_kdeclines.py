@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import check_choice, check_float, check_int
+from .._validation import MAX_COUNT, MAX_SCALE, check_choice, check_float, check_int
 from ._base import Detector, Eval, RuleEvidence, State, sign_of
 
 #: Rows per chunk of ``KDeclines.fold_rows``.
@@ -35,10 +35,10 @@ class KDeclines(Detector):
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
-        check_int(owner, "k", self.k, min_value=1)
-        check_float(owner, "min_delta", self.min_delta, low=0.0)
+        check_int(owner, "k", self.k, min_value=1, max_value=MAX_COUNT)
+        check_float(owner, "min_delta", self.min_delta, low=0.0, high=MAX_SCALE)
         check_choice(owner, "against", self.against, ("previous", "best"))
-        check_int(owner, "n_warmup_evals", self.n_warmup_evals, min_value=0)
+        check_int(owner, "n_warmup_evals", self.n_warmup_evals, min_value=0, max_value=MAX_COUNT)
         check_choice(owner, "mode", self.mode, ("max", "min"))
 
     def rule_state(self) -> State:

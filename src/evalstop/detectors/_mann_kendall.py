@@ -7,9 +7,9 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .._validation import check_choice, check_float, check_int
+from .._validation import MAX_COUNT, MAX_SCALE, check_choice, check_float, check_int
 from ._base import Detector, Eval, State, is_valid, offer, sign_of
-from ._noise import z_quantile
+from ._noise import MIN_ALPHA, z_quantile
 
 
 @dataclass(frozen=True)
@@ -38,10 +38,10 @@ class MannKendall(Detector):
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
-        check_float(owner, "alpha", self.alpha, low=0.0, high=0.5, low_open=True, high_open=True)
-        check_int(owner, "min_window", self.min_window, min_value=3)
-        check_int(owner, "max_window", self.max_window, min_value=self.min_window)
-        check_float(owner, "min_delta", self.min_delta, low=0.0)
+        check_float(owner, "alpha", self.alpha, low=MIN_ALPHA, high=0.5, high_open=True)
+        check_int(owner, "min_window", self.min_window, min_value=3, max_value=MAX_COUNT)
+        check_int(owner, "max_window", self.max_window, min_value=self.min_window, max_value=MAX_COUNT)
+        check_float(owner, "min_delta", self.min_delta, low=0.0, high=MAX_SCALE)
         check_choice(owner, "mode", self.mode, ("max", "min"))
 
     @property

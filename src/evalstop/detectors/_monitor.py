@@ -40,7 +40,6 @@ import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
-from functools import lru_cache
 from typing import Any
 
 from ._base import Detector, Eval, RuleEvidence, State, Verdict, copy_state, is_valid, sign_of
@@ -49,13 +48,12 @@ from ._confirm import Confirm
 from ._noise import finite_items
 from ._policy import STOP, OnDetect
 from ._rewind import Rewind, decision_log, rewind_entry, snapshot
-from ._spec import DEFAULT_SPEC, format_spec, parse_spec
+from ._spec import DEFAULT_SPEC, detector_for, format_spec, parse_spec
 
 #: Version of the ``to_json`` layout.
 FORMAT = 1
 
-#: Detectors are frozen and hashable: one object per spec serves every monitor that loads it.
-_parse = lru_cache(maxsize=1024)(parse_spec)
+
 
 
 class Monitor:
@@ -366,10 +364,10 @@ class Monitor:
             raise ValueError(f"Monitor.from_json needs a to_json() dict of format {FORMAT}. Got {data!r}.")
         spec = str(data["detector"])
         if detector is None:
-            rule = _parse(spec)
+            rule = detector_for(spec)
         else:
-            rule = _parse(detector) if isinstance(detector, str) else detector
-            if format_spec(rule) != spec and _parse(spec) != rule:
+            rule = detector_for(detector) if isinstance(detector, str) else detector
+            if format_spec(rule) != spec and detector_for(spec) != rule:
                 raise ValueError(f"The saved monitor runs detector {spec!r}, not {format_spec(rule)!r}.")
         monitor = cls(rule, str(data.get("cadence") or DEFAULT_CADENCE), data.get("eval_interval"),
                       policy=OnDetect.from_json(data.get("policy")), confirm=data.get("confirm"))

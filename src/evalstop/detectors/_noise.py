@@ -17,6 +17,7 @@ deviation from a sample's own median is smaller than from the true centre.
 from __future__ import annotations
 
 import math
+import sys
 from bisect import bisect_left, insort
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,6 +30,11 @@ from ._base import Eval, State
 #: a rule's memory bound. Up to SIGMA_WINDOW + 2 valid scores the online estimate equals
 #: ``curve_sigma`` of the whole history up to float rounding (docs/noise-rules.md).
 SIGMA_WINDOW = 64
+#: Bounds of the noise rules' parameters: the smallest test level whose critical value is finite
+#: (1 - alpha must differ from 1 in floating point), the largest z and eval sample size.
+MIN_ALPHA = 1e-12
+MAX_Z = 100.0
+MAX_ITEMS = 10**12
 
 #: Mean absolute deviation of a normal sample divided by its sd, sqrt(2 / pi).
 MEAN_AD_PER_SD = math.sqrt(2.0 / math.pi)
@@ -96,9 +102,14 @@ def online_sigma(state: State) -> float | None:
     if m == 0:
         return None
     half = m // 2
-    abs_dev = math.fsum(ordered[m - half :]) - math.fsum(ordered[:half])
+    try:
+        mean_dev = (math.fsum(ordered[m - half :]) - math.fsum(ordered[:half])) / m
+    except OverflowError:
+        mean_dev = math.inf
+    if not math.isfinite(mean_dev):  # differences near the float limit: scale each one first
+        mean_dev = math.fsum(x / m for x in ordered[m - half :]) - math.fsum(x / m for x in ordered[:half])
     small_sample = math.sqrt(m / (m - 1)) if m > 1 else 1.0
-    return small_sample * max(abs_dev, 0.0) / m / (MEAN_AD_PER_SD * math.sqrt(6.0))
+    return small_sample * max(mean_dev, 0.0) / (MEAN_AD_PER_SD * math.sqrt(6.0))
 
 
 def finite_items(ev: Eval) -> tuple[float, ...] | None:
@@ -110,11 +121,19 @@ def finite_items(ev: Eval) -> tuple[float, ...] | None:
 
 
 def mean_and_se(items: Sequence[float]) -> tuple[float, float]:
-    """Mean and standard error (sample sd / sqrt(n)) of at least two values."""
+    """Mean and standard error (sample sd / sqrt(n)) of at least two finite values; both finite
+    (a standard error beyond the float range is the largest float)."""
     n = len(items)
-    mean = math.fsum(items) / n
-    var = math.fsum((x - mean) ** 2 for x in items) / (n - 1)
-    return mean, math.sqrt(var / n)
+    try:
+        mean = math.fsum(items) / n
+        var = math.fsum((x - mean) * (x - mean) for x in items) / (n - 1)
+    except OverflowError:
+        var = math.inf
+    if math.isfinite(var):
+        return mean, math.sqrt(var / n)
+    scale = max(abs(x) for x in items)  # values near the float limit: the same on values <= 1
+    mean, se = mean_and_se([x / scale for x in items])
+    return mean * scale, min(se * scale, sys.float_info.max)
 
 
 @lru_cache(maxsize=256)

@@ -5,9 +5,25 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .._validation import InvalidParameterError, check_choice, check_float, check_int
+from .._validation import (
+    MAX_COUNT,
+    MAX_SCALE,
+    InvalidParameterError,
+    check_choice,
+    check_float,
+    check_int,
+)
 from ._base import Detector, Eval, RuleEvidence, State, is_valid, offer, sign_of
-from ._noise import SIGMA_WINDOW, finite_items, mean_and_se, online_sigma, push_value, sigma_state
+from ._noise import (
+    MAX_ITEMS,
+    MAX_Z,
+    SIGMA_WINDOW,
+    finite_items,
+    mean_and_se,
+    online_sigma,
+    push_value,
+    sigma_state,
+)
 
 
 @dataclass(frozen=True)
@@ -44,13 +60,13 @@ class NoiseAware(Detector):
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
-        check_int(owner, "k", self.k, min_value=1)
-        check_float(owner, "z", self.z, low=0.0)
+        check_int(owner, "k", self.k, min_value=1, max_value=MAX_COUNT)
+        check_float(owner, "z", self.z, low=0.0, high=MAX_Z)
         check_choice(owner, "against", self.against, ("previous", "best"))
-        check_float(owner, "sigma", self.sigma, low=0.0)
-        check_int(owner, "n_items", self.n_items, min_value=0)
-        check_float(owner, "item_sd", self.item_sd, low=0.0, low_open=True)
-        check_int(owner, "n_warmup_evals", self.n_warmup_evals, min_value=0)
+        check_float(owner, "sigma", self.sigma, low=0.0, high=MAX_SCALE)
+        check_int(owner, "n_items", self.n_items, min_value=0, max_value=MAX_ITEMS)
+        check_float(owner, "item_sd", self.item_sd, low=0.0, high=MAX_SCALE, low_open=True)
+        check_int(owner, "n_warmup_evals", self.n_warmup_evals, min_value=0, max_value=MAX_COUNT)
         check_choice(owner, "mode", self.mode, ("max", "min"))
         if not isinstance(self.items, bool):
             raise InvalidParameterError(

@@ -7,9 +7,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .._validation import check_choice, check_float, check_int
+from .._validation import MAX_COUNT, MAX_SCALE, check_choice, check_float, check_int
 from ._base import Detector, Eval, State, is_valid, offer, sign_of
-from ._noise import SIGMA_WINDOW, finite_items, mean_and_se, online_sigma, push_value, sigma_state, z_quantile
+from ._noise import (
+    MIN_ALPHA,
+    SIGMA_WINDOW,
+    finite_items,
+    mean_and_se,
+    online_sigma,
+    push_value,
+    sigma_state,
+    z_quantile,
+)
 
 
 @dataclass(frozen=True)
@@ -37,13 +46,14 @@ class Paired(Detector):
     n_warmup_evals: int = 3
     mode: str = "max"
     name = "paired"
+    reads = ("items",)
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
-        check_int(owner, "k", self.k, min_value=1)
-        check_float(owner, "alpha", self.alpha, low=0.0, high=0.5, low_open=True, high_open=True)
-        check_float(owner, "min_delta", self.min_delta, low=0.0)
-        check_int(owner, "n_warmup_evals", self.n_warmup_evals, min_value=0)
+        check_int(owner, "k", self.k, min_value=1, max_value=MAX_COUNT)
+        check_float(owner, "alpha", self.alpha, low=MIN_ALPHA, high=0.5, high_open=True)
+        check_float(owner, "min_delta", self.min_delta, low=0.0, high=MAX_SCALE)
+        check_int(owner, "n_warmup_evals", self.n_warmup_evals, min_value=0, max_value=MAX_COUNT)
         check_choice(owner, "mode", self.mode, ("max", "min"))
 
     @property
@@ -83,8 +93,12 @@ class Paired(Detector):
         b = finite_items(ev)
         if ref_items is not None and b is not None and len(ref_items) == len(b):
             diffs = [sign * (x - y) for x, y in zip(ref_items, b, strict=True)]
+            min_delta = self.min_delta
+            if not all(map(math.isfinite, diffs)):  # past the float limit: t is the same on halves
+                diffs = [sign * (x / 2 - y / 2) for x, y in zip(ref_items, b, strict=True)]
+                min_delta /= 2
             mean, se = mean_and_se(diffs)
-            mean -= self.min_delta
+            mean -= min_delta
             if se == 0.0:
                 return mean > 0.0, "paired, no spread"
             t = mean / se

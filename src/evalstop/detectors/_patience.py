@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .._validation import check_choice, check_float, check_int
+from .._validation import MAX_COUNT, MAX_SCALE, check_choice, check_float, check_int
 from ._base import Detector, Eval, RuleEvidence, State, is_valid, offer, sign_of
 
 
@@ -30,8 +30,8 @@ class Patience(Detector):
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
-        check_int(owner, "patience", self.patience, min_value=1)
-        check_float(owner, "min_delta", self.min_delta, low=0.0)
+        check_int(owner, "patience", self.patience, min_value=1, max_value=MAX_COUNT)
+        check_float(owner, "min_delta", self.min_delta, low=0.0, high=MAX_SCALE)
         check_choice(owner, "mode", self.mode, ("max", "min"))
 
     def rule_state(self) -> State:

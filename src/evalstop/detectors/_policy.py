@@ -22,6 +22,8 @@ from .._validation import InvalidParameterError, check_choice, check_int
 #: The knobs a correction may change, with what they are in a trainer.
 KNOBS = {"kl_coef": "the KL coefficient (TRL's beta)", "lr": "the optimizer's learning rate"}
 ACTIONS = ("stop", "rewind")
+#: The most rewinds a policy may allow (a service bounds it lower: its ``max_rewinds`` setting).
+MAX_REWINDS = 1000
 
 
 @dataclass(frozen=True)
@@ -110,7 +112,7 @@ class OnDetect:
     def __post_init__(self) -> None:
         owner = type(self).__name__
         check_choice(owner, "on_detect", self.on_detect, ACTIONS)
-        check_int(owner, "max_rewinds", self.max_rewinds, min_value=0)
+        check_int(owner, "max_rewinds", self.max_rewinds, min_value=0, max_value=MAX_REWINDS)
         parsed = Correction.parse(self.correction, owner)
         if self.on_detect == "rewind" and not parsed.changes:
             raise InvalidParameterError(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .._validation import check_choice, check_float, check_int
+from .._validation import MAX_COUNT, check_choice, check_float, check_int
 from ._base import Detector, Eval, State, finite_loss, track_best
 
 
@@ -25,13 +25,14 @@ class SlaqLoss(Detector):
     n_warmup_evals: int = 2
     mode: str = "max"
     name = "slaq"
+    reads = ("loss",)
     size_params = ("window",)
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
         check_float(owner, "threshold", self.threshold, low=0.0, high=1.0)
-        check_int(owner, "window", self.window, min_value=1)
-        check_int(owner, "n_warmup_evals", self.n_warmup_evals, min_value=0)
+        check_int(owner, "window", self.window, min_value=1, max_value=MAX_COUNT)
+        check_int(owner, "n_warmup_evals", self.n_warmup_evals, min_value=0, max_value=MAX_COUNT)
         check_choice(owner, "mode", self.mode, ("max", "min"))
 
     @property

@@ -9,7 +9,10 @@ differ from the defaults, so ``parse_spec(format_spec(d)) == d``.
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 from collections.abc import Callable
+from functools import lru_cache
 from typing import cast
 
 from ._base import Detector
@@ -39,6 +42,8 @@ REGISTRY: dict[str, type[Detector]] = {
 }
 
 Value = int | float | bool | str
+_NAMED_INF = re.compile(r"^\s*[+-]?inf(inity)?\s*$", re.IGNORECASE)
+_NONZERO = re.compile(r"[1-9]")
 
 
 def parameter_names(cls: type[Detector]) -> tuple[str, ...]:
@@ -47,15 +52,26 @@ def parameter_names(cls: type[Detector]) -> tuple[str, ...]:
 
 
 def parse_value(text: str) -> Value:
+    """``text`` as an int, a float, a bool or else itself; ValueError for a number that no float
+    holds: one beyond 1.8e308 (it would read as inf) or a nonzero one that reads as 0 (1e-400)."""
     for convert in (int, float):
         try:
-            return cast(Value, convert(text))
+            value = cast(Value, convert(text))
         except ValueError:
-            pass
+            continue
+        if isinstance(value, float) and math.isinf(value) and not _NAMED_INF.match(text):
+            raise ValueError(f"{_clip(text)} is too large for a float (at most 1.8e308)")
+        if value == 0 and _NONZERO.search(text.partition("e")[0].partition("E")[0]):
+            raise ValueError(f"{_clip(text)} is too small to be told from 0 (the least float is 5e-324)")
+        return value
     lowered = text.lower()
     if lowered in ("true", "false"):
         return lowered == "true"
     return text
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"
 
 
 def parse_spec(spec: str) -> Detector:
@@ -79,7 +95,10 @@ def parse_spec(spec: str) -> Detector:
             )
         if key in params:
             raise ValueError(f"Parameter {key!r} given twice in spec {spec!r}.")
-        params[key] = parse_value(raw)
+        try:
+            params[key] = parse_value(raw)
+        except ValueError as exc:
+            raise ValueError(f"The {key!r} parameter of {name}: {exc}.") from None
     return cast(Callable[..., Detector], cls)(**params)
 
 
@@ -117,3 +136,10 @@ def _format_value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return repr(value) if isinstance(value, float) else str(value)
+
+
+@lru_cache(maxsize=1024)
+def detector_for(spec: str) -> Detector:
+    """``parse_spec`` with one object per spec: detectors are frozen and hashable, so every
+    monitor that loads a spec (a service job, a replayed one) can share it."""
+    return parse_spec(spec)

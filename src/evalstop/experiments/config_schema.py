@@ -15,6 +15,7 @@ from ..schedulers import SCHEDULERS
 from ..sim.cluster import SimConfig
 from ..workloads import PRESETS, WorkloadConfig
 from ..workloads.model import KINDS
+from .policies import PolicySpec
 
 __all__ = [
     "POLICY", "SIM", "SIMULATE", "STUDY", "WORKLOAD", "check_policies", "check_workload",
@@ -148,13 +149,13 @@ def check_policies(docs: Any, error: type[Exception]) -> None:
         where = f"[[policy]] #{i + 1}"
         if not isinstance(doc, dict):
             raise error(f"{where} must be a table. Got {doc!r} instead.")
-        watch = doc.get("watch", ["rlhf"])
+        watch = doc.get("watch", "all")  # absent: the default kinds, which are real ones
         if watch != "all" and (not isinstance(watch, list) or any(w not in KINDS for w in watch)):
             bad = [w for w in watch if w not in KINDS] if isinstance(watch, list) else watch
             raise error(f"{where}: 'watch' must be \"all\" or a list of job kinds from {list(KINDS)}. "
                         f"Got {bad!r} instead.")
         POLICY.check(doc, error, where)
-        labels.append(doc.get("label", doc.get("base", "srtf")))
+        labels.append(PolicySpec.from_doc(doc).label)
     dupes = unique(labels)
     if dupes:
         raise error(f"policy labels must be unique: {dupes} appear(s) more than once; give each "

@@ -44,6 +44,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if not args.results_dir.is_dir():
+        what = "is a file" if args.results_dir.exists() else "does not exist"
+        print(f"evalstop report: RESULTS_DIR {args.results_dir} {what}: give the directory that "
+              "`evalstop reproduce --all` wrote (its --out, default results)", file=sys.stderr)
+        return 2
     try:
         paths = write_report(args.results_dir)
     except (FileNotFoundError, ResultsError) as exc:

@@ -9,13 +9,14 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .._argtypes import int_in_range
 from .analysis import analyse_study
 from .legend import legend_lines
 from .runner import run_seeds, stderr_progress
@@ -25,17 +26,24 @@ _LEGEND = ("precision", "recall", "FPR", "FPR healthy RLHF", "JCT", "wasted GPU-
            "regret (hacking)", "[lo, hi]", "—")
 #: The study each ``--preset`` runs (src/evalstop/experiments/specs/).
 HEADLINE_STUDIES = {"paper": "headline", "realistic": "headline-realistic"}
+#: The most seeds ``--seeds`` takes: the headline at 1,000 seeds is about 4 min of CPU time, and
+#: ``--all`` (1,000 seeds for every study) about 50 times its default.
+MAX_SEEDS = 1000
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--seeds", type=int_at_least(2, "paired statistics need two"), default=None,
-                        help="number of seeds, >= 2 (default 30; --all/--study: each study's own default)")
+    parser.add_argument("--seeds", default=None,
+                        type=int_in_range(2, MAX_SEEDS, "paired statistics need two; 1,000 is about 4 min of "
+                                          "CPU for the headline, an hour for --all"),
+                        help=f"number of seeds, 2 to {MAX_SEEDS} (default 30; --all/--study: each study's "
+                        "own default); progress on a terminal, elsewhere a line every 10 s")
     parser.add_argument("--quick", action="store_true",
-                        help="8 seeds of 1,000 jobs: a few seconds (with --all/--study: 5 seeds per study)")
+                        help="8 seeds of 1,000 jobs: a few seconds (with --all/--study: 5 seeds per study); "
+                        "not with --seeds")
     parser.add_argument("--preset", default=None, choices=sorted(HEADLINE_STUDIES),
                         help="workload preset of the headline: runs the 'headline' (default: paper) or "
                         "'headline-realistic' study; not with --all/--study, whose studies name their own")
-    parser.add_argument("--workers", type=int_at_least(1), default=None,
+    parser.add_argument("--workers", type=int_in_range(1), default=None,
                         help="processes, >= 1 (default: one per core)")
     parser.add_argument("--json", action="store_true", help="print a machine-readable result")
     studies = parser.add_argument_group("studies (every claim of the paper; see docs/studies.md)")
@@ -52,27 +60,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(run=run)
 
 
-def int_at_least(low: int, why: str = "") -> Callable[[str], int]:
-    """An argparse type: an int >= ``low`` (argparse names the option and the bad value)."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be an int >= {low}. Got {text!r} instead.") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(
-                f"must be an int >= {low}{f' ({why})' if why else ''}. Got {value} instead.")
-        return value
-
-    return parse
-
-
 #: Options of --all/--study only, and their value when not given.
 STUDY_ONLY = {"out": None, "ray_address": None, "cache": None, "no_cache": False, "no_report": False}
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.quick and args.seeds is not None:
+        print("evalstop reproduce: --quick sets the seeds (8, or 5 per study with --all/--study): give "
+              "--quick or --seeds, not both", file=sys.stderr)
+        return 2
     if args.all or args.study or args.list:
         from .suite_cmd import run_studies
 
@@ -172,4 +168,4 @@ def _num(stat: dict[str, Any], digits: int) -> str:
     return "—" if stat["mean"] is None else f"{stat['mean']:.{digits}f}"
 
 
-__all__ = ["add_arguments", "headline_study", "int_at_least", "render", "reproduce", "run"]
+__all__ = ["MAX_SEEDS", "add_arguments", "headline_study", "render", "reproduce", "run"]

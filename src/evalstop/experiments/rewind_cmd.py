@@ -1,4 +1,4 @@
-"""``evalstop rewind``: the rewind study on real TRL GRPO training (issue 23).
+"""``evalstop rewind``: rewind to the best checkpoint instead of stopping, on real TRL GRPO training.
 
     evalstop rewind                    # the table, from the shipped runs (no training)
     evalstop rewind --train --seeds 20 # train every run again (about 20 s of CPU a seed), then the table
@@ -18,6 +18,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from .._argtypes import int_in_range
 from ..workloads import PRESETS
 from .rewind_platform import COMPARED, PostRewind, calibrate, platform_study
 from .rewind_study import SHIPPED, analyse, format_table
@@ -28,16 +29,21 @@ DEFAULT_CACHE = Path("results") / "rewind-grpo"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--train", action="store_true",
                         help="train the runs (else read the shipped ones); needs the 'hf' extra")
-    parser.add_argument("--seeds", type=int, default=20, help="seeds per arm when training (default 20)")
-    parser.add_argument("--seed", type=int, default=0, help="the study seed (default 0)")
-    parser.add_argument("--jobs", type=int, default=1, help="training processes (default 1)")
-    parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE,
-                        help=f"per-seed files (default {DEFAULT_CACHE})")
-    parser.add_argument("--runs", type=Path, default=None, help="read the runs from this .json.gz instead")
-    parser.add_argument("--write-shipped", action="store_true", help="write the trained runs as package data")
+    parser.add_argument("--seeds", type=int_in_range(1), default=None,
+                        help="with --train: seeds per arm (default 20)")
+    parser.add_argument("--seed", type=int_in_range(0), default=None,
+                        help="with --train: the study seed (default 0, the shipped runs' seed)")
+    parser.add_argument("--jobs", type=int_in_range(1), default=None, help="with --train: training processes "
+                        "(default 1)")
+    parser.add_argument("--cache", type=Path, default=None,
+                        help=f"with --train: per-seed files (default {DEFAULT_CACHE})")
+    parser.add_argument("--runs", type=Path, default=None,
+                        help="read the runs from this .json.gz (written by --train), not the shipped ones")
+    parser.add_argument("--write-shipped", action="store_true",
+                        help="with --train: write the trained runs as package data")
     parser.add_argument("--plot", type=Path, default=None,
                         help="write the figure (PNG; needs the 'plot' extra)")
-    parser.add_argument("--platform", type=int, default=0, metavar="SEEDS",
+    parser.add_argument("--platform", type=int_in_range(0), default=0, metavar="SEEDS",
                         help="also simulate a cluster whose tenants rewind instead of stop, over SEEDS "
                              "seeds (paper preset, 1,000 jobs, 64 GPUs; the post-rewind model calibrated "
                              "on the runs)")
@@ -45,17 +51,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(run=run)
 
 
+#: Options that only training reads, and their value when not given.
+TRAIN_ONLY = {"seeds": None, "seed": None, "jobs": None, "cache": None, "write_shipped": False}
+
+
 def run(args: argparse.Namespace) -> int:
-    for name in ("seeds", "jobs"):
-        if getattr(args, name) < 1:
-            print(f"evalstop rewind: --{name} must be >= 1. Got {getattr(args, name)}.", file=sys.stderr)
-            return 2
+    refusal = _option_refusal(args)
+    if refusal:
+        print(f"evalstop rewind: {refusal}", file=sys.stderr)
+        return 2
     if args.train:
-        data = train(args.seed, args.seeds, args.jobs, args.cache)
+        data = train(0 if args.seed is None else args.seed, args.seeds or 20, args.jobs or 1,
+                     args.cache or DEFAULT_CACHE)
         if args.write_shipped:
             write_runs(data, SHIPPED)
     else:
-        data = read_runs(args.runs or SHIPPED)
+        try:
+            data = read_runs(args.runs or SHIPPED)
+        except (OSError, EOFError, ValueError) as exc:  # missing, not gzip, not JSON
+            where = f"--runs {args.runs}" if args.runs else f"the shipped runs {SHIPPED}"
+            print(f"evalstop rewind: {where}: cannot read the runs: "
+                  f"{getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
+            return 2
     result = analyse(data)
     if args.platform > 0:
         result["platform"] = platform(result, args.platform)
@@ -68,6 +85,18 @@ def run(args: argparse.Namespace) -> int:
         text += "\n\n" + format_platform(result["platform"])
     print(json.dumps(result, indent=1) if args.json else text)
     return 0
+
+
+def _option_refusal(args: argparse.Namespace) -> str:
+    """Options that would be ignored: the training ones without --train, --runs with it."""
+    if args.train:
+        return "--runs: reads recorded runs instead of training; not with --train" if args.runs else ""
+    given = [name for name, unset in TRAIN_ONLY.items() if getattr(args, name) != unset]
+    if not given:
+        return ""
+    flags = ", ".join("--" + name.replace("_", "-") for name in given)
+    return (f"{flags}: for --train only (without it the table comes from the shipped runs, study "
+            "seed 0, or from --runs)")
 
 
 def platform(result: dict[str, Any], seeds: int) -> dict[str, Any]:
@@ -139,6 +168,9 @@ def write_runs(data: dict[str, Any], path: Path) -> None:
 
 
 def read_runs(path: Path) -> dict[str, Any]:
+    """The runs a ``--train`` wrote (gzipped JSON); ValueError when the file holds something else."""
     with gzip.open(path, "rt", encoding="utf-8") as f:
         data: dict[str, Any] = json.load(f)
+    if not isinstance(data, dict) or not isinstance(data.get("seeds"), list):
+        raise ValueError("not the runs of `evalstop rewind --train` (no list of 'seeds')")
     return data

@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from contextlib import contextmanager
@@ -163,13 +164,18 @@ def _tick(progress: Callable[[int, int], None] | None, done: int, total: int) ->
         progress(done, total)
 
 
-def stderr_progress(label: str) -> Callable[[int, int], None]:
-    """A one-line progress counter on stderr (only when stderr is a terminal)."""
+def stderr_progress(label: str, every_s: float = 10.0) -> Callable[[int, int], None]:
+    """A one-line progress counter on stderr: redrawn in place on a terminal; elsewhere (a log)
+    a line every ``every_s`` seconds, so a run shorter than that prints nothing."""
+    last = [time.perf_counter()]
 
     def report(done: int, total: int) -> None:
         if sys.stderr.isatty():
             end = "\n" if done == total else ""
             sys.stderr.write(f"\r{label}: {done}/{total} seeds{end}")
-            sys.stderr.flush()
+        elif time.perf_counter() - last[0] >= every_s:
+            last[0] = time.perf_counter()
+            sys.stderr.write(f"{label}: {done}/{total} seeds\n")
+        sys.stderr.flush()
 
     return report

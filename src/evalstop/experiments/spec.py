@@ -30,7 +30,7 @@ from ..workloads.jobs_csv import TraceFiles
 from ..workloads.model import check_shapes_fit
 from ..workloads.philly import TraceSpec
 from .config_schema import CLAIM, POLICY, STUDY, SWEEP, TRACE, WORKLOAD, check_policies
-from .policies import PolicySpec
+from .policies import PolicySpec, parse_watch
 
 __all__ = [
     "ClaimSpec", "PointSpec", "SpecError", "StudySpec", "load_studies", "load_study", "parse_study",
@@ -332,31 +332,24 @@ def _set_detector_param(policy: PolicySpec, key: str, value: Any) -> PolicySpec:
         raise SpecError(f"sweep parameter 'detector.{key}': the evalstop detector has no parameter {key!r}")
     params = {n: getattr(detector, n) for n in parameter_names(type(detector))}
     params[key] = value
-    rebuilt = type(detector)(**params)
-    return PolicySpec(policy.label, policy.base, policy.base_params, format_spec(rebuilt), policy.watch,
-                      policy.oracle)
+    return replace(policy, detector=format_spec(type(detector)(**params)))
 
 
 def _set_policy_field(policy: PolicySpec, key: str, value: Any) -> PolicySpec:
     if key not in ("base", "base_params", "watch"):
         raise SpecError(f"sweep parameter 'policy.{key}' is not one of policy.base, policy.base_params, "
                         "policy.watch")
-    fields = asdict(policy)
-    fields[key] = _watch(value) if key == "watch" else value
-    return PolicySpec(**fields)
+    if key == "watch":
+        return replace(policy, watch=_watch(value))
+    return replace(policy, base=value) if key == "base" else replace(policy, base_params=value)
 
 
 def _policy(i: int, doc: Mapping[str, Any]) -> PolicySpec:
     _reject_unknown(f"[[policy]] #{i + 1}", doc, _POLICY)
-    spec = PolicySpec(
-        label=str(doc.get("label", doc.get("base", "srtf"))),
-        base=str(doc.get("base", "srtf")),
-        base_params=dict(doc.get("base_params", {})),
-        detector=doc.get("detector"),
-        watch=_watch(doc.get("watch", ["rlhf"])),
-        oracle=bool(doc.get("oracle", False)),
-        cadence=doc.get("cadence"),
-    )
+    try:
+        spec = PolicySpec.from_doc(doc)
+    except ValueError as exc:
+        raise SpecError(f"[[policy]] #{i + 1}: {exc}") from None
     try:
         spec.build()
     except (ValueError, TypeError) as exc:
@@ -365,11 +358,10 @@ def _policy(i: int, doc: Mapping[str, Any]) -> PolicySpec:
 
 
 def _watch(value: Any) -> tuple[str, ...] | None:
-    if value == "all" or value is None:
-        return None
-    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-        raise SpecError(f"'watch' must be \"all\" or a list of job kinds. Got {value!r} instead.")
-    return tuple(value)
+    try:
+        return parse_watch(value)
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
 
 
 def _claim(i: int, doc: Mapping[str, Any], labels: Sequence[str]) -> ClaimSpec:

@@ -13,6 +13,7 @@ import json
 import math
 import os
 import platform
+import resource
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,7 +26,7 @@ from .analysis import analyse_study
 from .spec import StudySpec
 from .sweep import Cache, Progress, Row, Task, code_version, execute
 
-__all__ = ["RESULTS_FILE", "ROWS_FILE", "run_suite"]
+__all__ = ["RESULTS_FILE", "ROWS_FILE", "cpu_seconds", "plan_tasks", "run_suite"]
 
 RESULTS_FILE = "results.json"
 ROWS_FILE = "rows.jsonl"
@@ -43,12 +44,11 @@ def run_suite(
     show_progress: bool = True,
 ) -> dict[str, Any]:
     """Run (or read from the cache) every task of ``studies``; write and return the results."""
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), cpu_seconds()
     out_dir.mkdir(parents=True, exist_ok=True)
     cache = Cache((cache_dir or out_dir / "cache") if use_cache else None)
     runnable, skipped = _split_runnable(studies)
-    plan = {s.name: list(range(1, (seeds or s.seeds) + 1)) for s in runnable}
-    tasks = [Task(p.key(), p, seed) for s in runnable for p in s.points for seed in plan[s.name]]
+    plan, tasks = plan_tasks(runnable, seeds)
     progress = Progress(len(tasks), "reproduce --all") if show_progress else None
     rows, counts = execute(tasks, cache, workers=workers, ray_address=ray_address, progress=progress)
     sim_s = time.perf_counter() - started
@@ -72,12 +72,29 @@ def run_suite(
         "machine": {"python": platform.python_version(), "platform": platform.platform()},
         "backend": _backend(workers, ray_address),
         "seeds_override": seeds, "tasks": counts, "simulate_s": round(sim_s, 2),
+        "cpu_s": round(cpu_seconds() - cpu_started, 2),
         "wall_s": round(time.perf_counter() - started, 2),
         "claims": [c for s in results.values() for c in s["claims"]],
         "studies": results,
     }
     _write(out_dir, doc, all_rows)
     return doc
+
+
+def plan_tasks(studies: Sequence[StudySpec], seeds: int | None = None,
+               ) -> tuple[dict[str, list[int]], list[Task]]:
+    """Each study's seeds (``seeds``, else its own default) and its tasks; identical points of
+    different studies give equal tasks, which run once."""
+    plan = {s.name: list(range(1, (seeds or s.seeds) + 1)) for s in studies}
+    return plan, [Task(p.key(), p, seed) for s in studies for p in s.points for seed in plan[s.name]]
+
+
+def cpu_seconds() -> float:
+    """CPU time (user + system) of this process and of its finished child processes (the
+    pool's workers once it has shut down); a Ray cluster's CPU is not counted."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def _backend(workers: int | None, ray_address: str | None) -> str:

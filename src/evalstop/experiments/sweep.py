@@ -85,18 +85,20 @@ class Cache:
 
 class Progress:
     """A progress line with ETA on stderr: redrawn in place on a terminal, a line every
-    ``every_s`` seconds otherwise (CI logs)."""
+    ``every_s`` seconds otherwise (CI logs). Tasks read from the cache count toward the total
+    but not toward the rate: the ETA comes from the tasks run now."""
 
     def __init__(self, total: int, label: str = "tasks", stream: Any = None, every_s: float = 10.0) -> None:
-        self.total, self.label, self.done = total, label, 0
+        self.total, self.label, self.done, self.cached = total, label, 0, 0
         self.stream = stream if stream is not None else sys.stderr
         self.every_s = every_s
         self.started = time.perf_counter()
         self._last = -1e9
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
 
-    def advance(self, n: int = 1) -> None:
+    def advance(self, n: int = 1, cached: bool = False) -> None:
         self.done += n
+        self.cached += n if cached else 0
         now = time.perf_counter()
         final = self.done >= self.total
         if not (self.tty or final or now - self._last >= self.every_s):
@@ -108,12 +110,14 @@ class Progress:
     def line(self) -> str:
         elapsed = time.perf_counter() - self.started
         pct = 100.0 * self.done / self.total if self.total else 100.0
-        eta = elapsed / self.done * (self.total - self.done) if self.done else float("nan")
+        ran = self.done - self.cached
+        eta = elapsed / ran * (self.total - self.done) if ran else float("nan")
         width = 24
         filled = int(width * self.done / self.total) if self.total else width
         bar = "#" * filled + "." * (width - filled)
-        eta_text = "?" if eta != eta else _duration(eta)
-        return (f"{self.label} [{bar}] {self.done}/{self.total} ({pct:.0f} %) "
+        eta_text = "0 s" if self.done >= self.total else "?" if eta != eta else _duration(eta)
+        cached = f", {self.cached} from the cache" if self.cached else ""
+        return (f"{self.label} [{bar}] {self.done}/{self.total} ({pct:.0f} %{cached}) "
                 f"elapsed {_duration(elapsed)} ETA {eta_text}")
 
 
@@ -144,7 +148,7 @@ def execute(
             results[(key, seed)] = rows
     if progress is not None:
         progress.total = len(unique)
-        progress.advance(len(results)) if results else None
+        progress.advance(len(results), cached=True) if results else None
     missing.sort(key=lambda t: -t.cost)
 
     def done(task: Task, rows: list[Row]) -> None:

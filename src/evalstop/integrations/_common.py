@@ -7,10 +7,8 @@ that job's ``Monitor``, which decides in O(1) per eval and fires exactly once (`
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import math
 from collections.abc import Sequence
-from types import ModuleType
 from typing import Any
 
 from .._validation import check_choice
@@ -43,14 +41,6 @@ def missing_extra(module: str, owner: str) -> ImportError:
         f"{owner} needs {module!r}, which is not installed. Install it with pip install -e '.[{extra}]' "
         "in the evalstop checkout."
     )
-
-
-def require(module: str, owner: str) -> ModuleType:
-    """Import ``module`` or raise an ImportError that names the extra to install."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        raise missing_extra(module, owner) from exc
 
 
 def resolve_detector(detector: Detector | str | None, mode: str | None, owner: str) -> Detector:

@@ -19,7 +19,7 @@ and ``RemoteHistory.next_eval()`` returns it until the first score's reply.
 
 The service runs the job's rule; ``decision`` is "stop" once a stop is decided and enforced (a
 shadow-mode stop answers "continue"), and "rewind" when the job's policy rewinds it: the reply's
-``rewind`` object says where to go back to and what to correct (``_remote_rewind.py``);
+``rewind`` object says where to go back to and what to correct (``_service_rewind_order.py``);
 ``RemoteHistory.take_rewind()`` hands it to the caller, which calls ``rewound(order)`` once done.
 The client is the Python standard library only. It fails safe: a NaN/inf score is not sent
 (the service refuses non-finite values) and counts as invalid; an unreachable service or an
@@ -42,7 +42,7 @@ from typing import Any
 from .._validation import check_float
 from ..detectors import Decision, Eval, NextEval, Verdict
 from ._common import eval_row
-from ._remote_rewind import RewindOrder
+from ._service_rewind_order import RewindOrder
 
 TOKEN_ENV = "EVALSTOP_TOKEN"
 

@@ -45,7 +45,7 @@ Trainer's schedule alone.
 Rewind instead of stop: ``on_detect=OnDetect("rewind", max_rewinds=1, correction="kl_coef*=2")``,
 with the callback added by ``callback.bind(trainer)`` (a ``kl_coef`` correction sets the trainer's
 ``beta``). At a detection with a rewind left, the callback loads the best checkpoint into the live
-model, optimizer and scheduler, applies the correction (``_rewind.py``) and training goes on;
+model, optimizer and scheduler, applies the correction (``_trainer_rewind.py``) and training goes on;
 ``rewinds`` lists what each rewind did, and ``evalstop.json`` the decision log. A correction the
 trainer cannot take fails at train begin; a detection without a saved best checkpoint stops the
 run (with a warning) instead of rewinding. In remote mode the policy is the job's on the service
@@ -91,8 +91,8 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess without transformers
     raise missing_extra("transformers", "EvalStopCallback") from exc
 
-from ._rewind import RewindRefused, check_checkpoint, check_correction, rewind_in_place  # needs torch
-from ._rewind_remote import rewind_remote
+from ._trainer_rewind import RewindRefused, check_checkpoint, check_correction, rewind_in_place  # needs torch
+from ._trainer_rewind_ordered import rewind_remote
 
 #: The file, in ``args.output_dir``, that holds the verdict and the history.
 RECORD_NAME = "evalstop.json"

@@ -16,11 +16,12 @@ the GPUs; it resumes later and pays the preemption overhead).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar
 
-from ..detectors import Monitor
+from ..detectors import Detector, Monitor
 
 
 class Action(StrEnum):
@@ -54,6 +55,21 @@ class JobView:
         return f"JobView(job_id={self.job_id}, kind={self.kind!r}, gpus={self.gpus})"
 
 
+@dataclass(frozen=True)
+class KillPlan:
+    """How a policy's monitors are made, when it is simple enough for the simulator to plan every
+    job's kill at once: each job of a kind in ``kinds`` (None: every kind) gets
+    ``Monitor(detector)`` at the dense cadence, every other job no monitor; ``detector`` None: no
+    job gets one. The simulator then folds all jobs' evals together (``Detector.fold_rows``)."""
+
+    detector: Detector | None = None
+    kinds: frozenset[str] | None = None
+
+
+#: The hooks a policy may leave as ``Scheduler``'s no-ops (the simulator then skips the call).
+OPTIONAL_HOOKS = ("on_job_add", "on_job_end", "on_start", "on_stop", "monitor", "next_change_s", "wake_at_s")
+
+
 class Scheduler(ABC):
     """Base policy contract. Subclasses hold configuration (and bookkeeping they derive from
     the hooks); they never see labels."""
@@ -74,9 +90,15 @@ class Scheduler(ABC):
     #: policy whose monitors skip evals sets it False, and the simulator then runs only the
     #: evals they ask for (``sim/_eval_time.py``).
     dense_evals: bool = True
+    #: The optional hooks this policy (or a base class of it below ``Scheduler``) defines.
+    _own_hooks: ClassVar[frozenset[str]] = frozenset()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        cls._own_hooks = cls._own_hooks | {name for name in OPTIONAL_HOOKS if name in cls.__dict__}
+        # A subclass that hands out monitors its own way no longer has its base's kill plan.
+        if "monitor" in cls.__dict__ and "kill_plan" not in cls.__dict__:
+            cls.kill_plan = Scheduler.kill_plan  # type: ignore[method-assign]
         # A subclass that re-defines ``order`` without re-declaring ``static_rank`` may no
         # longer rank by ``rank_key``: it loses the opt-in rather than being silently ignored.
         if "order" in cls.__dict__ and "static_rank" not in cls.__dict__:
@@ -100,6 +122,21 @@ class Scheduler(ABC):
         reads only the job's own evals; one per eval event otherwise) and kills the job at the
         eval where it fires. Base policies never kill (None)."""
         return None
+
+    def kill_plan(self) -> KillPlan | None:
+        """How this policy's monitors are made (:class:`KillPlan`), or None when the simulator
+        must ask ``monitor`` job by job. A policy that keeps the no-op ``monitor`` hands out
+        none; one that defines ``monitor`` plans nothing unless it also defines this."""
+        return None if "monitor" in self._own_hooks else KillPlan()
+
+    def hook(self, name: str) -> Callable[..., Any] | None:
+        """The bound hook ``name`` the simulator calls, or None for an optional hook this policy
+        keeps as ``Scheduler``'s no-op (the simulator then skips the call). A wrapper may hand
+        out the hook of the policy it wraps (``EvalStop``: the same call, one frame shorter)."""
+        if name in OPTIONAL_HOOKS and name not in self._own_hooks:
+            return None
+        hook: Callable[..., Any] = getattr(self, name)
+        return hook
 
     def next_change_s(self, job: JobView) -> float | None:
         """Attained service (s) at which this job's rank may next change while it runs (queue

@@ -3,11 +3,11 @@ says has turned, and leave every other decision to the base."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from ..detectors import DEFAULT_SPEC, CadencePolicy, Detector, Every, Monitor, parse_cadence, parse_spec
-from ._base import JobView, Scheduler
+from ._base import JobView, KillPlan, Scheduler
 
 RLHF_ONLY = ("rlhf",)
 
@@ -23,6 +23,18 @@ class EvalStop(Scheduler):
     ``cadence`` (a policy or its spec; default ``every:1``) says which of a watched job's evals
     are run: the simulator runs only those, and the rule sees only those.
     """
+
+    #: The hooks EvalStop only forwards: ``hook`` hands out the base policy's own. A subclass
+    #: that defines one of them is asked itself.
+    FORWARDED: frozenset[str] = frozenset(
+        ("on_job_add", "on_job_end", "on_start", "on_stop", "next_change_s", "wake_at_s", "rank_key"))
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.FORWARDED = cls.FORWARDED - cls.__dict__.keys()
+        # which jobs get ``Monitor(detector)`` is no longer ``watch`` alone: no kill plan
+        if "watches" in cls.__dict__ and "kill_plan" not in cls.__dict__:
+            cls.kill_plan = Scheduler.kill_plan  # type: ignore[method-assign]
 
     def __init__(
         self,
@@ -52,6 +64,17 @@ class EvalStop(Scheduler):
         if not self.watches(job):
             return self.base.monitor(job)
         return Monitor(self.detector, self.cadence)
+
+    def kill_plan(self) -> KillPlan | None:
+        """``Monitor(detector)`` for the watched kinds, at the dense cadence, over a base policy
+        that hands out no monitors; None otherwise."""
+        base = self.base.kill_plan()
+        if not self.dense_evals or base is None or base.detector is not None:
+            return None
+        return KillPlan(self.detector, self.watch)
+
+    def hook(self, name: str) -> Callable[..., Any] | None:
+        return self.base.hook(name) if name in self.FORWARDED else super().hook(name)
 
     def on_job_add(self, job: JobView, now: float) -> None:
         self.base.on_job_add(job, now)

@@ -28,13 +28,8 @@ class SRTFEst(Scheduler):
         self.preemptive = preemptive
         self.backfill = backfill
 
-    def remaining_s(self, job: JobView) -> float:
-        left = job.budget_s - job.attained_s
-        left = left if left > 0 else 0.0
-        return left * job.gpus if self.gpu_weighted else left
-
     def rank_key(self, job: JobView) -> tuple[Any, ...]:
-        left = job.budget_s - job.attained_s  # ``remaining_s``, inlined: one call a ranked job
+        left = job.budget_s - job.attained_s  # the estimated remaining service (the declared budget left)
         left = left if left > 0 else 0.0
         return (left * job.gpus if self.gpu_weighted else left, job.arrival_s, job.job_id)
 

@@ -20,7 +20,7 @@ from .fastpath import ScoresFastPath, replay
 from .pulling import PullLoop, default_cursor_dir, load_pull_config
 from .routes import ops, router
 from .settings import ServiceSettings
-from .store import DatabaseUnavailable
+from .store import DatabaseError, DatabaseUnavailable, ValueDoesNotFit
 
 log = logging.getLogger("evalstop.service")
 
@@ -65,7 +65,7 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
     console.mount(app)
     app.add_exception_handler(DomainError, _domain_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
-    app.add_exception_handler(DatabaseUnavailable, _database_error)
+    app.add_exception_handler(DatabaseError, _database_error)
     lane: ASGIApp = app.behind
     if settings.fast_path:
         lane = ScoresFastPath(lane, ctx=ctx, domain_error=_domain_error, database_error=_database_error)
@@ -138,9 +138,20 @@ def _loc(loc: Any) -> list[Any]:
 
 
 async def _database_error(_request: Request, exc: Exception) -> JSONResponse:
-    log.error("database error: %s", type(exc).__name__)
-    return JSONResponse({"detail": "Database unavailable; retry later."}, status_code=503,
-                        headers={"Retry-After": "1"})
+    """503 when the database is unreachable; otherwise 422 for a value it cannot hold (a
+    ``DataError``: too long, out of range) and 500 for anything else. Logged by the error's class
+    and SQLSTATE only: the statement's parameters and the database's own message (its DETAIL
+    repeats the row) may hold a tenant's values or a token's hash."""
+    orig = getattr(exc, "orig", None)
+    code = getattr(orig, "sqlstate", None) or getattr(orig, "sqlite_errorname", None) or "-"
+    log.error("database error: %s (%s)", type(orig if orig is not None else exc).__name__, code)
+    if isinstance(exc, DatabaseUnavailable):
+        return JSONResponse({"detail": "Database unavailable; retry later."}, status_code=503,
+                            headers={"Retry-After": "1"})
+    if isinstance(exc, ValueDoesNotFit):
+        return JSONResponse({"detail": "A value does not fit the database (too long or out of range)."},
+                            status_code=422)
+    return JSONResponse({"detail": "Internal Server Error"}, status_code=500)
 
 
 class BodyLimit:

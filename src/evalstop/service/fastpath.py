@@ -28,7 +28,7 @@ from .context import ServiceContext
 from .errors import DomainError
 from .routes import Principal, ingest_reply, known_principal
 from .schemas import ScoreBatch, ScoreIn, ScoresBody
-from .store import DatabaseUnavailable
+from .store import DatabaseError
 
 #: Bodies longer than this (bytes) are parsed in a worker thread; a single score is about 60.
 BIG_BODY = 8192
@@ -75,7 +75,7 @@ class ScoresFastPath:
             response = await ingest_reply(self.ctx, match.group(1), who, parsed)
         except DomainError as exc:
             response = await self.domain_error(Request(scope, receive), exc)
-        except DatabaseUnavailable as exc:
+        except DatabaseError as exc:  # unavailable (503), or any other (logged without values)
             response = await self.database_error(Request(scope, receive), exc)
         await response(scope, receive, send)
 

@@ -14,7 +14,11 @@ Rules (documented in the README):
   between two units. Then the units before stay stored
   (valid scores; a retry reports them as duplicates).
 - Steps of one metric arrive in increasing order: a new step below the latest stored step is a
-  409 (a detector's past decisions are never rewritten). Re-sending an old step is fine.
+  409 (a detector's past decisions are never rewritten). Re-sending an old step is fine. Within
+  a batch the order is checked on the scores that will be judged: those of the job's current
+  attempt. A batch that names attempts may hold a late score of an earlier attempt at a higher
+  step than the current attempt's (``[attempt 0 step 7, attempt 1 step 2]``): the earlier
+  attempt's score is dropped and listed in the reply's ``stale``, the current one is judged.
 - Only the job's watched metric feeds the detector; other metrics are stored as evidence.
 - The job's ``Monitor`` (persisted on the job row, :mod:`.monitoring`) folds in the new scores
   and is written back in the same transaction: no request reads the score history. Once its
@@ -24,8 +28,8 @@ Rules (documented in the README):
   this).
 - A job under a rewind policy (:mod:`.rewind`): a detection with a rewind left records a
   ``rewind`` decision, rewinds the monitor and answers ``decision: "rewind"`` with the
-  checkpoint and the correction; scores of an earlier attempt are dropped and answered with the
-  rewind again.
+  checkpoint and the correction; scores of an earlier attempt are dropped (their indexes in the
+  reply's ``stale``), and a request that held nothing else is answered with the rewind again.
 """
 
 from __future__ import annotations
@@ -80,6 +84,9 @@ class IngestResult:
     #: rewind to do: number, step, to_step, checkpoint_uri, correction, reason (:mod:`.rewind`)
     attempt: int = 0
     rewind: dict[str, Any] | None = None
+    #: the request's scores (indexes) of an earlier attempt: not stored, not judged (also
+    #: counted in ``duplicates``)
+    stale: tuple[int, ...] = ()
 
 
 def ingest_scores(
@@ -111,16 +118,35 @@ def _units(
     # PostgreSQL writers to different jobs do not wait for each other, and the batch stays one
     # transaction (fewer round trips).
     size = store.limits.ingest_chunk if store.committer is not None else max(len(scores_in), 1)
-    chunks = [scores_in[i:i + size] for i in range(0, len(scores_in), size)]
-    batch: dict[str, int] = {}  # the job's attempt when the batch's first unit ran (rewind.py)
-    return [partial(_ingest_unit, store, job_id, tenant, part, now, batch) for part in chunks]
+    batch = Batch(scores_in)
+    return [partial(_ingest_unit, store, job_id, tenant, scores_in[i:i + size], i, now, batch)
+            for i in range(0, len(scores_in), size)]
+
+
+@dataclass
+class Batch:
+    """A request's scores as its units share them: the job's attempt when the first unit ran
+    (:mod:`.rewind`), set by that unit, which also checks the order of the scores it will judge."""
+
+    items: Sequence[ScoreIn]
+    attempt: int | None = None
+
+    def begin(self, attempt: int) -> int:
+        """The batch's attempt (``attempt``, the job's now, if this is its first unit)."""
+        if self.attempt is None:
+            self.attempt = attempt
+            if any(item.attempt is not None for item in self.items):  # else checked by _validate
+                kept, stale = rewinding.split_stale(self.items, attempt, attempt)
+                dropped = set(stale)
+                _check_order(kept, [i for i in range(len(self.items)) if i not in dropped])
+        return self.attempt
 
 
 def _ingest_unit(
-    store: Store, job_id: str, tenant: str | None, part: Sequence[ScoreIn], now: float,
-    batch: dict[str, int], conn: Conn
+    store: Store, job_id: str, tenant: str | None, part: Sequence[ScoreIn], offset: int, now: float,
+    batch: Batch, conn: Conn
 ) -> IngestResult:
-    return _ingest(store, conn, job_id, tenant, part, now, batch)
+    return _ingest(store, conn, job_id, tenant, part, now, batch, offset)
 
 
 def _merged(results: Sequence[IngestResult]) -> IngestResult:
@@ -134,7 +160,7 @@ def _merged(results: Sequence[IngestResult]) -> IngestResult:
     merged = replace(
         last, accepted=sum(r.accepted for r in results), duplicates=sum(r.duplicates for r in results),
         decided_now=deciding is not None, reason=last.reason if deciding is None else deciding.reason,
-        rule_cpu_s=sum(r.rule_cpu_s for r in results))
+        rule_cpu_s=sum(r.rule_cpu_s for r in results), stale=tuple(i for r in results for i in r.stale))
     if rewound is not None and last.decision != "stop":
         merged = replace(merged, decision="rewind", rewind=rewound.rewind)
     return merged
@@ -142,7 +168,7 @@ def _merged(results: Sequence[IngestResult]) -> IngestResult:
 
 def _ingest(
     store: Store, conn: Conn, job_id: str, tenant: str | None, scores_in: Sequence[ScoreIn], now: float,
-    batch: dict[str, int] | None = None,
+    batch: Batch | None = None, offset: int = 0,
 ) -> IngestResult:
     job = job_store.read_for_ingest(store, conn, job_id, tenant)
     # Load (or rebuild from the stored history) before inserting, so a rebuild never sees the
@@ -150,8 +176,8 @@ def _ingest(
     started = time.thread_time()
     monitor = load_monitor(conn, job, store.limits.max_history)
     rule_cpu_s = time.thread_time() - started
-    began = monitor.n_rewinds if batch is None else batch.setdefault("attempt", monitor.n_rewinds)
-    scores_in, stale = rewinding.split_stale(scores_in, monitor.n_rewinds, began)
+    began = monitor.n_rewinds if batch is None else batch.begin(monitor.n_rewinds)
+    scores_in, stale = rewinding.split_stale(scores_in, monitor.n_rewinds, began, offset)
     new, duplicates = score_store.new_scores(conn, job, scores_in)
     started = time.thread_time()
     changed = observe_new(monitor, new, job["metric"]) or job.get("monitor_state") is None
@@ -175,17 +201,19 @@ def _ingest(
             enforced, shadow_stop = enforced or not shadow, shadow_stop or shadow
             state = state if shadow else "stopping"
     result = IngestResult(
-        job_id=job_id, accepted=len(new), duplicates=duplicates + stale,
+        job_id=job_id, accepted=len(new), duplicates=duplicates + len(stale),
         decision="rewind" if rewind else "stop" if enforced else "continue", state=state, reason=note,
         decided_now=decided_now, shadow_stop=shadow_stop, stop_step=verdict.stop_step,
         n_evals=monitor.n_evals + monitor.n_ignored, best_step=verdict.best_step,
         best_score=verdict.best_score, best_checkpoint_uri=monitor.best_checkpoint, rule_cpu_s=rule_cpu_s,
         next_eval=None if enforced or state != "running" else monitor.next_eval().to_dict(),
-        attempt=monitor.n_rewinds, rewind=rewind,
+        attempt=monitor.n_rewinds, rewind=rewind, stale=tuple(stale),
     )
     if text is not None:  # the monitor is as stored (``text``) and nothing changes it any more
         MEMO.keep(job_id, job["detector"], text, monitor)
-    return rewinding.stale_reply(conn, job, result, monitor, stale) if stale else result
+    if stale and not scores_in:  # nothing of the current attempt: the rewind again
+        return rewinding.stale_reply(conn, job, result, monitor, len(stale))
+    return result
 
 
 def decide_stop(
@@ -242,14 +270,16 @@ def _validate(limits: Limits, items: Sequence[ScoreIn]) -> None:
         if item.step > limits.max_step:
             raise InvalidInput(
                 f"scores[{i}].step must be an int in [0, {limits.max_step}]. Got {item.step!r}.")
-    _check_order(items)
+    if all(item.attempt is None for item in items):  # else the first unit checks (``Batch.begin``)
+        _check_order(items)
 
 
-def _check_order(items: Sequence[ScoreIn]) -> None:
-    """Steps of one metric in increasing order within the batch (a repeat must repeat the value),
-    so that no unit after the first is refused for the batch's own order (module docstring)."""
+def _check_order(items: Sequence[ScoreIn], indexes: Sequence[int] | None = None) -> None:
+    """Steps of one metric in increasing order among the scores to judge (a repeat must repeat
+    the value; ``indexes``: their places in the request), so that no unit after the first is
+    refused for the batch's own order (module docstring)."""
     last: dict[str | None, ScoreIn] = {}
-    for i, item in enumerate(items):
+    for i, item in zip(indexes or range(len(items)), items, strict=True):
         before = last.get(item.metric)
         if before is not None and item.step < before.step:
             raise Conflict(f"scores[{i}]: step {item.step} of metric {item.metric or 'watched'!r} is out of "

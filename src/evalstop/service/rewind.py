@@ -78,23 +78,28 @@ def _check_limit(policy: OnDetect, limit: int) -> None:
                            f"(setting max_rewinds, EVALSTOP_MAX_REWINDS).")
 
 
-def split_stale(items: Sequence[ScoreIn], attempt: int, began: int) -> tuple[Sequence[ScoreIn], int]:
-    """The items of the job's current ``attempt`` and the number of items of an earlier attempt
-    (dropped); a later attempt is a 409 naming the item. An item saying none belongs to the
-    attempt of its batch (``began``: the job's attempt when the batch's first unit ran), so the
-    scores after a detection in a batch written in several units are not taken as the next
-    attempt's."""
+def split_stale(
+    items: Sequence[ScoreIn], attempt: int, began: int, offset: int = 0
+) -> tuple[Sequence[ScoreIn], list[int]]:
+    """The items of the job's current ``attempt``, and the indexes (plus ``offset``: the items'
+    place in their request) of the items of an earlier attempt (dropped); a later attempt is a
+    409 naming the item. An item saying none belongs to the attempt of its batch (``began``: the
+    job's attempt when the batch's first unit ran), so the scores after a detection in a batch
+    written in several units are not taken as the next attempt's."""
     if began == attempt and all(item.attempt is None for item in items):  # the common case: no copy
-        return items, 0
+        return items, []
     kept: list[ScoreIn] = []
-    for i, item in enumerate(items):
+    stale: list[int] = []
+    for i, item in enumerate(items, offset):
         said = began if item.attempt is None else item.attempt
         if said > attempt:
             raise Conflict(f"scores[{i}].attempt {said} is ahead of the job: it has had {attempt} "
                            f"rewind(s), so its current attempt is {attempt}.")
         if said == attempt:
             kept.append(item)
-    return kept, len(items) - len(kept)
+        else:
+            stale.append(i)
+    return kept, stale
 
 
 def can_rewind(conn: Conn, job: Mapping[Any, Any], monitor: Monitor) -> bool:

@@ -16,7 +16,7 @@ from starlette.concurrency import run_in_threadpool
 from . import controls, domain, reports, tokens
 from .context import ServiceContext
 from .errors import Forbidden, InvalidInput
-from .limits import charge_rule_work
+from .limits import charge_rule_work, check_options
 from .schemas import (
     DecisionOut,
     IngestOut,
@@ -184,6 +184,8 @@ def register_job(body: JobIn, ctx: Ctx, who: Caller) -> dict[str, Any]:
         raise HTTPException(422, "tenant: operators must name the tenant that owns the job.")
     if who.tenant is not None and owner != who.tenant:
         raise Forbidden(f"A token of tenant {who.tenant!r} cannot register jobs for tenant {owner!r}.")
+    check_options("target_options", body.target_options, ctx.settings.max_options_bytes)
+    check_options("resubmit", body.resubmit, ctx.settings.max_options_bytes)
     spec = domain.JobSpec(**body.model_dump(exclude={"tenant"}))
     webhook_url = ctx.settings.adapter_settings.get("webhook", {}).get("url")
     return domain.register_job(ctx.store, owner, spec, ctx.adapters.check, webhook_url=webhook_url,

@@ -5,15 +5,39 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, StrictInt, Tag
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    StrictBool,
+    StrictInt,
+    Tag,
+)
 
 from ..detectors import DEFAULT_CADENCE, DEFAULT_SPEC
 from .fairness import Quota
+from .limits import readable_options
 from .scopes import TenantScope, parse_scope
 from .score import ScoreIn as ScoreIn  # the score body is the domain's own type (re-exported)
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
-FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+#: A JSON number and nothing else ("5" and true are refused), finite.
+StrictFloat = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+
+
+def _no_nul(text: str) -> str:
+    if "\x00" in text:
+        raise ValueError("must not contain a NUL character (a database cannot store one in text)")
+    return text
+
+
+#: Request text: no NUL (PostgreSQL refuses one in text; the request would otherwise be a 500).
+Text = Annotated[str, AfterValidator(_no_nul)]
+#: A stored job's JSON options as a reply shows them (:func:`.limits.readable_options`).
+StoredOptions = Annotated[dict[str, Any], BeforeValidator(readable_options)]
 
 
 class Body(BaseModel):
@@ -22,7 +46,7 @@ class Body(BaseModel):
 
 class TenantIn(Body):
     name: str = Field(pattern=NAME_PATTERN, description="Tenant name: letters, digits, '.', '_', '-'.")
-    shadow: bool = False
+    shadow: StrictBool = False
     scope: TenantScope | None = Field(default=None, description="What the tenant may act on; none: nothing.")
     quota: Quota | None = None
 
@@ -60,34 +84,34 @@ class TenantCreated(TenantOut):
 
 
 class Toggle(Body):
-    enabled: bool
+    enabled: StrictBool
 
 
 class OverrideIn(Body):
     override: Literal["never_stop", "stop_now"] | None
-    reason: str = Field(default="", max_length=1000, description="Why (kept in the job's audit trail).")
+    reason: Text = Field(default="", max_length=1000, description="Why (kept in the job's audit trail).")
 
 
 class RetryIn(Body):
-    reason: str = Field(default="", max_length=1000, description="Why (kept in the job's audit trail).")
+    reason: Text = Field(default="", max_length=1000, description="Why (kept in the job's audit trail).")
 
 
 class JobIn(Body):
-    external_ref: str = Field(min_length=1, max_length=500,
+    external_ref: Text = Field(min_length=1, max_length=500,
                               description="The job's id on the system that runs it.")
     target: str = Field(pattern=NAME_PATTERN, description="Enforcement adapter name (ray, slurm, ...).")
     target_options: dict[str, Any] = Field(default_factory=dict)
-    name: str = Field(default="", max_length=200)
+    name: Text = Field(default="", max_length=200)
     tenant: str | None = Field(default=None, pattern=NAME_PATTERN,
                                description="Operators only: the tenant that owns the job.")
-    detector: str = Field(default=DEFAULT_SPEC, min_length=1, max_length=500)
-    metric: str = Field(default="score", min_length=1, max_length=200)
+    detector: Text = Field(default=DEFAULT_SPEC, min_length=1, max_length=500)
+    metric: Text = Field(default="score", min_length=1, max_length=200)
     mode: Literal["max", "min"] = "max"
-    grace_period_s: FiniteFloat = Field(default=60.0, ge=0, le=86_400)
+    grace_period_s: StrictFloat = Field(default=60.0, ge=0, le=86_400)
     gpus: StrictInt = Field(default=1, ge=1, le=1_000_000)
-    expected_duration_s: FiniteFloat | None = Field(default=None, gt=0, le=1e8)
-    shadow: bool = False
-    cadence: str = Field(default=DEFAULT_CADENCE, min_length=1, max_length=200,
+    expected_duration_s: StrictFloat | None = Field(default=None, gt=0, le=1e8)
+    shadow: StrictBool = False
+    cadence: Text = Field(default=DEFAULT_CADENCE, min_length=1, max_length=200,
                          description="When an eval is worth running: every:N or adaptive:every=N,dense=M, "
                                      "in eval opportunities (docs/service.md, 'The eval hint').")
     eval_interval: StrictInt | None = Field(default=None, ge=1, le=2**53,
@@ -96,9 +120,11 @@ class JobIn(Body):
     on_detect: Literal["stop", "rewind"] | None = Field(
         default=None, description="At a detection: stop, or rewind to the best checkpoint (docs/rewind.md). "
         "None: the tenant's default.")
-    max_rewinds: StrictInt | None = Field(default=None, ge=0, description="Rewinds before a detection "
-                                          "stops the job (default 1; at most the service's max_rewinds).")
-    correction: str | None = Field(default=None, max_length=500,
+    max_rewinds: StrictInt | None = Field(
+        default=None, ge=0, le=1000,
+        description="Rewinds before a detection stops the job (default 1; at most the service's "
+                    "max_rewinds).")
+    correction: Text | None = Field(default=None, max_length=500,
                                    description="A rewind's correction spec, e.g. 'kl_coef*=2,lr*=0.5'.")
     resubmit: dict[str, Any] | None = Field(
         default=None, description="Ray/Slurm: how a rewind resubmits the job (docs/rewind.md).")
@@ -129,7 +155,7 @@ class JobOut(BaseModel):
     name: str
     external_ref: str
     target: str
-    target_options: dict[str, Any]
+    target_options: StoredOptions
     detector: str
     metric: str
     mode: str
@@ -149,7 +175,7 @@ class JobOut(BaseModel):
     n_evals: int = 0
     last_step: int | None = None
     on_detect: dict[str, Any] | None = None
-    resubmit: dict[str, Any] | None = None
+    resubmit: StoredOptions | None = None
     deliveries: list[Delivery] = Field(default_factory=list)
 
 
@@ -231,6 +257,8 @@ class IngestOut(BaseModel):
         "evidence); null once a stop is decided and enforced, or the job no longer runs.")
     attempt: int = Field(default=0, description="The job's attempt now: the rewinds it has had.")
     rewind: RewindOut | None = Field(default=None, description="With decision 'rewind': what to do.")
+    stale: list[int] = Field(default_factory=list, description="Indexes of this request's scores of an "
+                             "earlier attempt: not stored, not judged (counted in duplicates too).")
 
 
 class DecisionOut(BaseModel):
@@ -254,13 +282,14 @@ class DecisionOut(BaseModel):
 
 # -- token rotation and revocation (service/tokens.py) ------------------------------------------
 class TokenRotateIn(Body):
-    grace_s: float = Field(default=0.0, ge=0, le=86_400, allow_inf_nan=False,
-                           description="Seconds the replaced token stays valid (0: none; at most a day).")
-    reason: str = Field(default="", max_length=1000, description="Why (kept in the tenant's token audit).")
+    grace_s: StrictFloat = Field(
+        default=0.0, ge=0, le=86_400,
+        description="Seconds the replaced token stays valid (0: none; at most a day).")
+    reason: Text = Field(default="", max_length=1000, description="Why (kept in the tenant's token audit).")
 
 
 class TokenRevokeIn(Body):
-    reason: str = Field(default="", max_length=1000, description="Why (kept in the tenant's token audit).")
+    reason: Text = Field(default="", max_length=1000, description="Why (kept in the tenant's token audit).")
 
 
 class TokenRotated(BaseModel):

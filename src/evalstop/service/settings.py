@@ -3,6 +3,8 @@ or passed to :func:`evalstop.service.app.create_app` directly. Nothing is read a
 
 from __future__ import annotations
 
+import json
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -49,7 +51,10 @@ class ServiceSettings(BaseSettings):
     #: each further such slice costs one more token, taken after the request (docs/service.md).
     rule_ms_per_score: float = Field(default=1.0, gt=0)
     #: The most rewinds a job (or a tenant's default) may ask for (docs/rewind.md).
-    max_rewinds: int = Field(default=3, ge=0)
+    max_rewinds: int = Field(default=3, ge=0, le=1000)
+    #: The most bytes a job's ``target_options`` (or ``resubmit``) may take as compact JSON; their
+    #: nesting is at most 32 deep (:mod:`evalstop.service.limits`, docs/service.md).
+    max_options_bytes: int = Field(default=65_536, ge=1024, le=16_777_216)
     run_worker: bool = True
     worker_poll_s: float = Field(default=0.1, gt=0, le=60)
     worker_lease_s: float = Field(default=30.0, gt=0)
@@ -68,8 +73,13 @@ class ServiceSettings(BaseSettings):
     #: Adapters outside the built-in registry: ``{"name": "package.module:factory"}``; the factory
     #: is called with that adapter's settings as keyword arguments.
     adapter_plugins: dict[str, str] = Field(default_factory=dict)
-    #: Per-adapter settings, ``{"ray": {"address": "..."}}``, handed to the adapter factory.
+    #: Per-adapter settings, ``{"ray": {"address": "..."}}``, handed to the adapter factory. A key
+    #: ``NAME_file`` at any depth is replaced by ``NAME`` holding that file's text, stripped
+    #: (``{"webhook": {"secret_file": "/run/secrets/webhook"}}``; :func:`resolve_file_keys`).
     adapter_settings: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    #: A JSON file holding ``adapter_settings`` (a mounted secret); read once at start-up. Give
+    #: this or ``adapter_settings``, not both.
+    adapter_settings_file: Path | None = None
     #: A TOML file of pollers (MLflow, TensorBoard, trainer_state) run inside the service; see
     #: :mod:`evalstop.service.pulling`. None: no pull ingest.
     pull_config: Path | None = None
@@ -105,15 +115,22 @@ class ServiceSettings(BaseSettings):
             return data
         if data.get("admin_token") not in (None, ""):
             raise ValueError("admin_token and admin_token_file are both set; give one of them")
-        path = Path(data["admin_token_file"])
+        return {**data, "admin_token": read_secret_file("admin_token_file", data["admin_token_file"])}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _adapter_settings_from_file(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or data.get("adapter_settings_file") in (None, ""):
+            return data
+        if data.get("adapter_settings") not in (None, "", {}):
+            raise ValueError("adapter_settings and adapter_settings_file are both set; give one of them")
+        text = read_secret_file("adapter_settings_file", data["adapter_settings_file"])
         try:
-            token = path.read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = type(exc).__name__
-            raise ValueError(f"admin_token_file {str(path)!r} cannot be read ({reason})") from None
-        if not token:
-            raise ValueError(f"admin_token_file {str(path)!r} is empty")
-        return {**data, "admin_token": token}
+            parsed = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"adapter_settings_file {str(data['adapter_settings_file'])!r} is not JSON "
+                             f"(line {exc.lineno}: {exc.msg})") from None
+        return {**data, "adapter_settings": parsed}
 
     @field_validator("adapter_plugins")
     @classmethod
@@ -123,6 +140,39 @@ class ServiceSettings(BaseSettings):
             if not (sep and module and attr):
                 raise ValueError(f"adapter plugin {name!r} must be 'module:factory'. Got {path!r} instead.")
         return value
+
+
+def read_secret_file(name: str, path: str | Path) -> str:
+    """The text of the file ``path`` (a mounted secret), surrounding whitespace stripped;
+    ValueError naming the setting ``name`` when it cannot be read or is empty."""
+    try:
+        text = Path(path).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{name} {str(path)!r} cannot be read ({type(exc).__name__})") from None
+    if not text:
+        raise ValueError(f"{name} {str(path)!r} is empty")
+    return text
+
+
+def resolve_file_keys(owner: str, settings: Mapping[str, Any], keep: Collection[str] = ()) -> dict[str, Any]:
+    """``settings`` with every ``NAME_file: PATH`` (in nested mappings too) replaced by ``NAME``
+    holding that file's text (:func:`read_secret_file`): secrets come from mounted files, not from
+    the configuration. ``keep``: ``*_file`` key names that ``owner`` reads itself, at any depth (a
+    path it re-reads). ValueError naming the key when the file cannot be read or ``NAME`` is also
+    given."""
+    resolved: dict[str, Any] = {}
+    for key, value in settings.items():
+        where = f"{owner}.{key}"
+        if isinstance(value, Mapping):
+            resolved[key] = resolve_file_keys(where, value, keep)
+        elif key.endswith("_file") and key not in keep and isinstance(value, str | Path):
+            name = key.removesuffix("_file")
+            if settings.get(name) not in (None, ""):
+                raise ValueError(f"{owner}.{name} and {where} are both set; give one of them")
+            resolved[name] = read_secret_file(where, value)
+        else:
+            resolved.setdefault(key, value)
+    return resolved
 
 
 def _sqlite_path(url: str) -> Path | None:

@@ -14,10 +14,15 @@ from typing import Any
 
 from .adapters._base import AdapterError, EnforcementAdapter, JobRef, NotOwned
 from .errors import BackendUnavailable, InvalidInput
+from .settings import resolve_file_keys
 
 
 class UnknownTarget(LookupError):
     """No adapter answers to this name."""
+
+
+class TargetNotConfigured(UnknownTarget):
+    """The adapter exists, but this service has no valid settings for it (EVALSTOP_ADAPTER_SETTINGS)."""
 
 
 class AdapterRegistry:
@@ -72,20 +77,20 @@ class AdapterRegistry:
 
     def _build(self, name: str) -> EnforcementAdapter:
         options = self.settings.get(name, {})
-        if name in self.plugins:
-            module, _, attr = self.plugins[name].partition(":")
-            adapter = getattr(importlib.import_module(module), attr)(**options)
-        else:
-            adapters = importlib.import_module("evalstop.service.adapters")
-            get_adapter = getattr(adapters, "get_adapter", None)
-            if get_adapter is None:
-                raise UnknownTarget(
-                    f"Unknown enforcement target {name!r}: no built-in adapters are installed "
-                    f"and no plugin has this name (plugins: {sorted(self.plugins)}).")
-            try:
-                adapter = get_adapter(name, options)
-            except (KeyError, ValueError) as exc:
-                raise UnknownTarget(f"Unknown enforcement target {name!r}: {exc}") from None
+        adapters = importlib.import_module("evalstop.service.adapters")
+        if name not in self.plugins and name not in adapters.ADAPTERS:
+            raise UnknownTarget(f"Unknown enforcement target {name!r}: one of {sorted(adapters.ADAPTERS)} "
+                                f"or a plugin (plugins: {sorted(self.plugins)})")
+        try:
+            if name in self.plugins:
+                module, _, attr = self.plugins[name].partition(":")
+                factory = getattr(importlib.import_module(module), attr)
+                adapter = factory(**resolve_file_keys(name, options, getattr(factory, "path_settings", ())))
+            else:
+                adapter = adapters.get_adapter(name, options)
+        except (KeyError, ValueError) as exc:
+            raise TargetNotConfigured(
+                f"Enforcement target {name!r} is not configured on this service: {exc}") from None
         if not isinstance(adapter, EnforcementAdapter):
             raise UnknownTarget(f"Target {name!r} did not build an EnforcementAdapter (got {type(adapter)}).")
         return adapter

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
-from ..detectors import Eval, Every, Monitor
+from ..detectors import CadenceWalk, Eval, Every, Monitor
 from ._job import eval_target_s
 
 DENSE = Every(1)
@@ -59,18 +59,15 @@ def eval_cost_s(eval_cost: float, duration_s: float, n_evals: int) -> float:
 
 
 def run_cadence(monitor: Monitor, evals: Sequence[Eval]) -> tuple[list[int], list[int]]:
-    """Feed ``monitor`` the evals its cadence asks for, up to its stop (``detectors.watch``);
+    """Feed ``monitor`` the evals its cadence asks for, up to its stop (``CadenceWalk``);
     return (indices run, indices the rule folded in: a repeated step is run but ignored)."""
     used: list[int] = []
     folded: list[int] = []
-    wanted = monitor.next_eval().after - 1
-    while wanted < len(evals) and not monitor.fired:
-        ev = evals[wanted]
-        if monitor.accepts(ev.step):
-            folded.append(wanted)
-        monitor.observe(ev)
-        used.append(wanted)
-        wanted += monitor.next_eval().after
+    accepts = monitor.accepts
+    for index in CadenceWalk(monitor).walk(evals):
+        if accepts(evals[index].step):
+            folded.append(index)
+        used.append(index)
     return used, folded
 
 

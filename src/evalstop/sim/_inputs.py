@@ -12,7 +12,6 @@ from typing import Any
 import numpy as np
 
 from .._validation import InvalidParameterError
-from ..schedulers import EvalStop, Scheduler
 from ..workloads.table import JobTable
 from ._job import FLUSH, Job
 
@@ -62,23 +61,6 @@ def arrival_jobs(table: JobTable) -> Iterator[Job]:
             )
 
     return chain(chain.from_iterable(chunks()), (Job(-1, -1, -1, "", 0, inf, 0.0),))
-
-
-_FORWARDED = ("on_job_add", "on_job_end", "on_start", "on_stop", "next_change_s", "wake_at_s", "rank_key")
-
-
-def own_hook(scheduler: Scheduler, name: str) -> Callable[..., Any] | None:
-    """``scheduler``'s bound hook ``name``, or None where the policy keeps ``Scheduler``'s no-op
-    (the simulator then skips the call). EvalStop's pure forwarders are looked through to the
-    base policy's hook: the same call, one frame shorter."""
-    while isinstance(scheduler, EvalStop) and name in _FORWARDED and (
-        getattr(type(scheduler), name) is getattr(EvalStop, name)
-    ):
-        scheduler = scheduler.base
-    if name != "rank_key" and getattr(type(scheduler), name) is getattr(Scheduler, name):
-        return None
-    hook: Callable[..., Any] = getattr(scheduler, name)
-    return hook
 
 
 ARRIVED, STARTED, PREEMPTED, KILLED, COMPLETED = range(5)

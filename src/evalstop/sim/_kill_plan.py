@@ -7,7 +7,8 @@ On the fast path the simulator folds each watched job's whole eval sequence into
 the best eval up to there (the checkpoint delivered). For a rule whose decision is a short
 recurrence over the scores, those two numbers can be computed for every job at once, one eval
 column at a time over a (jobs x evals) score matrix: the rule's own ``Detector.fold_rows``
-(the paper's ``KDeclines`` has one). A rule without it, a scheduler that builds its monitors its
+(the paper's ``KDeclines`` has one). The scheduler says whether its monitors allow it
+(``Scheduler.kill_plan``); a rule without ``fold_rows``, a scheduler whose monitors are made its
 own way, or a workload whose evals are records, takes the per-job ``Monitor`` path (None here).
 """
 
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..detectors import Monitor, Verdict
-from ..schedulers import EvalStop, JobView, Scheduler
+from ..schedulers import JobView, Scheduler
 from ..workloads.table import DenseEvals, JobTable
 from ._eval_time import timeline
 from ._job import Job, Watch, eval_target_s, oracle_verdict
@@ -56,32 +57,21 @@ def batch_kills(scheduler: Scheduler, table: JobTable) -> tuple[list[float], lis
 
 
 def _batch_arrays(scheduler: Scheduler, table: JobTable) -> tuple[Array, Array] | None:
-    if not isinstance(table.evals, DenseEvals) or not _plain_evalstop(scheduler):
+    plan = scheduler.kill_plan()
+    if not isinstance(table.evals, DenseEvals) or plan is None or plan.detector is None:
         return None
-    assert isinstance(scheduler, EvalStop)
-    rule = scheduler.detector
-    if scheduler.watch is None:
+    if plan.kinds is None:
         watched = np.ones(len(table), dtype=bool)
     else:
-        codes = [i for i, kind in enumerate(table.kinds) if kind in scheduler.watch]
+        codes = [i for i, kind in enumerate(table.kinds) if kind in plan.kinds]
         watched = np.isin(table.kind, codes)
-    planned = rule.fold_rows(table.evals.score)
+    planned = plan.detector.fold_rows(table.evals.score)
     if planned is None:
         return None
     stop, best = planned
     stop[~watched] = -1
     best[stop < 0] = -1
     return stop, best
-
-
-def _plain_evalstop(scheduler: Scheduler) -> bool:
-    """EvalStop whose monitors are ``Monitor(detector)`` for watched jobs and none otherwise."""
-    if not isinstance(scheduler, EvalStop) or not scheduler.dense_evals:
-        return False
-    cls = type(scheduler)
-    if cls.monitor is not EvalStop.monitor or cls.watches is not EvalStop.watches:
-        return False
-    return type(scheduler.base).monitor is Scheduler.monitor
 
 
 class KillPlanning:

@@ -29,11 +29,6 @@ T = TypeVar("T")
 gpus_of = attrgetter("gpus")
 
 
-def fill_free(queue: WidthHeaps[T], free: int, backfill: bool) -> list[T]:
-    """Waiting jobs to start in ``free`` GPUs, in rank order (popped from ``queue``)."""
-    return queue.take(free, backfill)
-
-
 def merge_pass(
     running: list[tuple[Any, int, T]], queue: WidthHeaps[T], total: int, free: int, backfill: bool
 ) -> tuple[list[T], list[T]]:

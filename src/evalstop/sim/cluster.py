@@ -35,7 +35,6 @@ from ._inputs import (
     EventLog,
     arrival_jobs,
     check_jobs,
-    own_hook,
 )
 from ._job import DEPART, FLUSH, KILL, MILESTONE, RANK, TIMER, Job, OutcomeColumns
 from ._kill_plan import KillPlanning
@@ -73,12 +72,12 @@ class ClusterSim(AllocationPasses, KillPlanning):
         self._queue: WidthHeaps[Job] = WidthHeaps()
         self._unranked: list[Job] = []  # waiting jobs not yet in ``_queue``
         # The scheduler's hooks, None where it keeps the base class's no-op (not called at all).
-        self._on_job_add = own_hook(scheduler, "on_job_add")
-        self._on_job_end = own_hook(scheduler, "on_job_end")
-        self._on_start, self._on_stop = own_hook(scheduler, "on_start"), own_hook(scheduler, "on_stop")
-        self._next_change_s = own_hook(scheduler, "next_change_s")
-        self._monitor = own_hook(scheduler, "monitor")
-        rank_key = own_hook(scheduler, "rank_key") or scheduler.rank_key
+        self._on_job_add = scheduler.hook("on_job_add")
+        self._on_job_end = scheduler.hook("on_job_end")
+        self._on_start, self._on_stop = scheduler.hook("on_start"), scheduler.hook("on_stop")
+        self._next_change_s = scheduler.hook("next_change_s")
+        self._monitor = scheduler.hook("monitor")
+        rank_key = scheduler.hook("rank_key") or scheduler.rank_key
         self._rank_key: Callable[[JobView], tuple[Any, ...]] = rank_key
         self._plan(scheduler)
         self._outcomes.eval_s, self._outcomes.n_evals = self._eval_s, self._n_evals

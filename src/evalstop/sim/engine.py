@@ -36,16 +36,5 @@ class Engine:
         self.now = time
         return event
 
-    def pop_due(self, limit: float) -> Any | None:
-        """Pop the next event if it is due by ``limit``, handling it at the current instant
-        (the clock does not move); None otherwise."""
-        if self.heap and self.heap[0][0] <= limit:
-            return heapq.heappop(self.heap)[3]
-        return None
-
-    def peek_time(self) -> float | None:
-        """Time of the next event without popping it (None when empty)."""
-        return self.heap[0][0] if self.heap else None
-
     def __len__(self) -> int:
         return len(self.heap)

@@ -16,8 +16,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("run", "calibrate"),
         default="run",
         help="run (default): both arms over the trace, with the held-out prediction if "
-        "--engine-model is given; calibrate: run a calibration trace (use another --seed than the "
-        "evaluation) and write the engine model to OUT/engine-model.json",
+        "--engine-model is given; calibrate: run --calibration-runs calibration traces (seeds "
+        "--seed, --seed + 1, ...: use seeds no evaluation uses) into OUT/run-SEED and write the "
+        "engine model pooled over them to OUT/engine-model.json",
+    )
+    parser.add_argument(
+        "--calibration-runs",
+        type=int,
+        default=3,
+        metavar="N",
+        help="with calibrate: the number of calibration runs pooled into the engine model (default 3)",
     )
     parser.add_argument(
         "--engine-model",
@@ -110,6 +118,11 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("The '--engine-model' parameter is for a run, not for calibrate.")
         if args.slots < 1:
             raise ValueError(f"The '--slots' parameter must be an int >= 1. Got {args.slots!r} instead.")
+        if args.calibration_runs < 1:
+            raise ValueError(
+                "The '--calibration-runs' parameter must be an int >= 1. "
+                f"Got {args.calibration_runs!r} instead."
+            )
         if args.replicas < 1:
             raise ValueError(
                 f"The '--replicas' parameter must be an int >= 1. Got {args.replicas!r} instead."
@@ -151,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
         "concurrent": not args.sequential,
     }
     if args.action == "calibrate":
-        fitted = calibrate(spec, args.slots, args.out, **options)
+        fitted = calibrate(spec, args.slots, args.out, args.calibration_runs, **options)
         print(f"engine model: {fitted.describe()}\nwrote {args.out / ENGINE_MODEL}")
         return 0
     summary = run_testbed(spec, args.slots, args.out, engine_model=model, replicas=args.replicas, **options)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import secrets
 import shutil
@@ -12,14 +13,16 @@ import signal
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .._validation import check_choice
+from .._validation import check_choice, check_int
 from .arm import run_arm, warm_up
+from .calibration import pool
 from .cluster import Proc, pids_naming, start_service, stop
 from .engine import Engine
-from .engine_model import EngineModel, fit
+from .engine_model import EngineModel, RunObservations, observe
 from .engines import ENGINES, start_engine
 from .predict import REPLICAS, held_out, predict_sampled, predict_trace
 from .report import write_report
@@ -30,6 +33,7 @@ from .workload import JobPlan, WorkloadSpec, make_plan
 ARMS = ("shadow", "enforced")
 PREDICTION = "prediction.json"
 ENGINE_MODEL = "engine-model.json"
+CALIBRATION_RUNS = 3
 
 
 def run_testbed(
@@ -75,8 +79,7 @@ def run_testbed(
     out.mkdir(parents=True, exist_ok=True)
     plan = make_plan(spec)
     if engine_model is not None:  # before the run: nothing measured on it can reach the prediction
-        prediction = predict_sampled(plan, engine_model, slots, concurrent, spec.seed, replicas)
-        (out / PREDICTION).write_text(json.dumps(prediction, indent=1))
+        save_prediction(out, predict_sampled(plan, engine_model, slots, concurrent, spec.seed, replicas))
     else:
         (out / PREDICTION).unlink(missing_ok=True)
     load_start = os.getloadavg()
@@ -128,9 +131,10 @@ def finish(
     ``warm_up_s`` and ``command``. Re-running it on a stored ``raw.json`` redoes the analysis.
     The held-out prediction, when the run had one, is recomputed from the engine model and the
     curves in ``prediction.json`` (written before the run), the plan and the trace's seed, with
-    the replicas ``prediction.json`` names (``REPLICAS`` for one written before the start-up was
-    sampled), so that a re-analysis follows the prediction code. ``figures=False``: the report
-    without its PNGs."""
+    the replicas ``prediction.json`` names, and must be the stored one: a prediction the code
+    no longer gives (the prediction code changed since the run) raises
+    :class:`PredictionChanged` before anything is written. ``figures=False``: the report without
+    its PNGs."""
     summary = summarise(raw)
     summary.update(meta)
     summary["simulator"] = compare(summary, raw, int(meta["spec"]["slots"]))
@@ -143,6 +147,7 @@ def finish(
         shape = (plan, model, int(spec["slots"]), bool(spec.get("concurrent")))
         replicas = int(stored.get("sampling", {}).get("replicas", REPLICAS))
         sampled = predict_sampled(*shape, int(spec["seed"]), replicas, curves=stored["curves"])
+        _check_unchanged(out / PREDICTION, stored, sampled)
         summary["prediction"] = held_out(sampled, summary) | {
             "model": stored["model"],
             "sampling": {k: v for k, v in sampled["sampling"].items() if k != "replica_jct_mean_s"},
@@ -156,6 +161,62 @@ def finish(
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     write_report(out, summary, raw, figures=figures)
     return summary
+
+
+class PredictionChanged(ValueError):
+    """The stored prediction is not the one its engine model and plan give now."""
+
+
+#: Relative tolerance of the comparison: the prediction is recomputed by the same code from the
+#: same inputs, so only a change of code (or of a vectorised math routine) moves it.
+SAME_REL = 1e-9
+
+
+def save_prediction(out: Path, prediction: dict[str, Any]) -> None:
+    """Write ``prediction`` (:func:`.predict.predict_sampled`) to ``out/prediction.json``: before
+    the trace runs."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / PREDICTION).write_text(json.dumps(prediction, indent=1))
+
+
+def _check_unchanged(path: Path, stored: dict[str, Any], recomputed: dict[str, Any]) -> None:
+    where = _first_difference(stored, json.loads(json.dumps(recomputed)), "")
+    if where is not None:
+        key, was, now = where
+        raise PredictionChanged(
+            f"The stored prediction {path} differs from the one its engine model and plan give now "
+            f"({key or 'the whole file'}: stored {was!r}, recomputed {now!r}): the prediction code "
+            "changed since the run; analyse it with the code that made it."
+        )
+
+
+def _first_difference(a: Any, b: Any, key: str) -> tuple[str, Any, Any] | None:
+    """The first path (``arms.enforced.jct_mean_s``) where ``a`` and ``b`` differ (numbers
+    within ``SAME_REL``), with both values; None when they agree."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b), key=str):
+            path = f"{key}.{k}" if key else str(k)
+            if k not in a or k not in b:
+                return path, a.get(k, "<missing>"), b.get(k, "<missing>")
+            found = _first_difference(a[k], b[k], path)
+            if found is not None:
+                return found
+        return None
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return f"{key} (length)", len(a), len(b)
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            found = _first_difference(x, y, f"{key}[{i}]")
+            if found is not None:
+                return found
+        return None
+    if _number(a) and _number(b):
+        return None if math.isclose(a, b, rel_tol=SAME_REL, abs_tol=1e-12) else (key, a, b)
+    return None if a == b else (key, a, b)
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool)
 
 
 def _run_arms(
@@ -182,17 +243,47 @@ def _run_arms(
         return {arm: future.result() for arm, future in futures.items()}
 
 
-def calibrate(spec: WorkloadSpec, slots: int, out: Path, **kwargs: Any) -> EngineModel:
-    """Run the calibration trace ``spec`` (both arms, as :func:`run_testbed` with ``kwargs``) and
-    write the engine model it measures to ``out/engine-model.json``."""
-    summary = run_testbed(spec, slots, out, **kwargs)
-    model = fit_model(out, summary)
+def calibration_specs(spec: WorkloadSpec, runs: int = CALIBRATION_RUNS) -> list[WorkloadSpec]:
+    """The calibration runs' traces: ``spec`` with the seeds ``spec.seed`` .. ``spec.seed + runs - 1``."""
+    check_int("calibrate", "runs", runs, min_value=1)
+    return [replace(spec, seed=spec.seed + k) for k in range(runs)]
+
+
+def calibration_folder(out: Path, spec: WorkloadSpec) -> Path:
+    return out / f"run-{spec.seed}"
+
+
+def calibrate(
+    spec: WorkloadSpec, slots: int, out: Path, runs: int = CALIBRATION_RUNS, **kwargs: Any
+) -> EngineModel:
+    """Run the calibration traces of ``spec`` (:func:`calibration_specs`; both arms each, as
+    :func:`run_testbed` with ``kwargs``, into ``out/run-SEED``) and write the engine model pooled
+    over them to ``out/engine-model.json``."""
+    specs = calibration_specs(spec, runs)
+    for s in specs:
+        run_testbed(s, slots, calibration_folder(out, s), **kwargs)
+    return pooled_model(out, [calibration_folder(out, s) for s in specs])
+
+
+def pooled_model(out: Path, folders: list[Path]) -> EngineModel:
+    """The engine model pooled over the calibration runs stored in ``folders`` (each its
+    ``raw.json`` and ``summary.json``), written to ``out/engine-model.json``."""
+    observations = [observe_run(f, json.loads((f / "summary.json").read_text())) for f in folders]
+    first = observations[0].calibration
+    model = pool(
+        observations,
+        {
+            "command": first.get("command", ""),
+            "seeds": [o.calibration["spec"]["seed"] for o in observations],
+            "concurrent": bool(first.get("concurrent")),
+        },
+    )
     model.save(out / ENGINE_MODEL)
     return model
 
 
-def fit_model(out: Path, summary: dict[str, Any]) -> EngineModel:
-    """The engine model of the run stored in ``out`` (its ``raw.json``) with ``summary``."""
+def observe_run(out: Path, summary: dict[str, Any]) -> RunObservations:
+    """What the calibration run stored in ``out`` (its ``raw.json``, with ``summary``) observed."""
     raw = json.loads((out / "raw.json").read_text())
     plan = [JobPlan.from_json(j) for j in summary["plan"]]
     calibration = {
@@ -202,4 +293,10 @@ def fit_model(out: Path, summary: dict[str, Any]) -> EngineModel:
         "run_id": summary.get("run_id"),
         "load_average": summary.get("load_average"),
     }
-    return fit(raw, plan, calibration)
+    return observe(raw, plan, calibration)
+
+
+def fit_model(out: Path, summary: dict[str, Any]) -> EngineModel:
+    """The engine model of the one run stored in ``out`` (its ``raw.json``) with ``summary``."""
+    run = observe_run(out, summary)
+    return pool([run], run.calibration)

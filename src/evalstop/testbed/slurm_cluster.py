@@ -72,17 +72,28 @@ class SlurmCluster:
         out = subprocess.run(argv, env=self.env, capture_output=True, text=True, check=True, timeout=30)
         return out.stdout.strip().split(";")[0]
 
-    def start_rest(self) -> Path | None:
-        """Start slurmrestd on a unix socket (``rest_auth/local``); None if it is not installed."""
+    def start_rest(self, auth: str = "local") -> Path | None:
+        """Start slurmrestd on a unix socket (``rest_auth/local``, or ``jwt``: every request
+        carries a user name and that user's token, see :meth:`token`); None if it is not
+        installed."""
         if shutil.which("slurmrestd", path=SEARCH_PATH) is None:
             return None
-        sock = self.root / "slurmrestd.sock"
+        sock = self.root / f"slurmrestd-{auth}.sock"
         env = {**self.env, "SLURMRESTD_SECURITY": "disable_user_check"}  # we run it as root
-        log = open(self.root / "slurmrestd.log", "wb")  # noqa: SIM115 - lives as long as the daemon
-        argv = [exe("slurmrestd"), "-a", "rest_auth/local", "-s", "v0.0.38", f"unix:{sock}"]
+        if auth == "jwt":
+            env["SLURM_JWT"] = "daemon"  # slurmrestd's switch to checking each request's token
+        log = open(self.root / f"slurmrestd-{auth}.log", "wb")  # noqa: SIM115 - lives as long as the daemon
+        argv = [exe("slurmrestd"), "-a", f"rest_auth/{auth}", "-s", "v0.0.38", f"unix:{sock}"]
         self.procs.append(subprocess.Popen(argv, env=env, stdout=log, stderr=log))
         _wait_for(sock.exists, 30, "the slurmrestd socket", self.root)
         return sock
+
+    def token(self, user: str, lifespan_s: int = 3600) -> str:
+        """A JWT for ``user`` (``scontrol token``, as root)."""
+        out = self.run("scontrol", "token", f"username={user}", f"lifespan={lifespan_s}")
+        if out.returncode != 0 or not out.stdout.startswith("SLURM_JWT="):
+            raise RuntimeError(f"scontrol token username={user}: {out.stderr.strip()}")
+        return out.stdout.strip().split("=", 1)[1]
 
     def stop(self) -> None:
         """Cancel every job of this private cluster (a failed run may leave one running; its
@@ -101,6 +112,14 @@ class SlurmCluster:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def _write_jwt_key(root: Path) -> Path:
+    """The HS256 key slurmctld signs and checks JWTs with (``AuthAltTypes=auth/jwt``)."""
+    key = root / "jwt_hs256.key"
+    key.write_bytes(os.urandom(32))
+    key.chmod(0o600)
+    return key
 
 
 def start_cluster(root: Path, cpus: int = 2, timeout_s: float = 60.0) -> SlurmCluster:
@@ -153,6 +172,7 @@ def _write_conf(cluster: SlurmCluster, sock: Path) -> None:
         "ClusterName=evalstoptest", f"SlurmctldHost={host}(127.0.0.1)",
         f"SlurmctldPort={free_port()}", f"SlurmdPort={free_port()}", "SlurmUser=root", "SlurmdUser=root",
         "AuthType=auth/munge", f"AuthInfo=socket={sock}", "CredType=cred/munge",
+        "AuthAltTypes=auth/jwt", f"AuthAltParameters=jwt_key={_write_jwt_key(root)}",
         f"StateSaveLocation={root / 'state'}", f"SlurmdSpoolDir={root / 'spool'}",
         f"SlurmctldPidFile={root / 'slurmctld.pid'}", f"SlurmdPidFile={root / 'slurmd.pid'}",
         f"SlurmctldLogFile={root / 'slurmctld.log'}", f"SlurmdLogFile={root / 'slurmd.log'}",

@@ -19,6 +19,7 @@ Slurm's times have a resolution of one second; the arm uses the time it saw the 
 from __future__ import annotations
 
 import shlex
+import subprocess
 import time
 from collections.abc import Callable, Collection
 from pathlib import Path
@@ -103,9 +104,12 @@ class SlurmEngine:
     def poll(self, refs: Collection[str]) -> dict[str, Status] | None:
         if not refs:
             return {}
-        out = self.cluster.run(
-            "squeue", "--noheader", "--states=all", f"--jobs={','.join(refs)}", f"--format={FIELDS}"
-        )
+        try:
+            out = self.cluster.run(
+                "squeue", "--noheader", "--states=all", f"--jobs={','.join(refs)}", f"--format={FIELDS}"
+            )
+        except subprocess.TimeoutExpired:  # a controller too busy to answer in time: the same
+            return None
         if out.returncode != 0:  # a busy controller: poll again (the arm's timeout bounds it)
             return None
         seen = {}

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from .._argtypes import int_in_range
 from .._validation import check_int
 from ..detectors import Eval, ItemEval
 from ._gzip_text import open_text as _open_text
@@ -335,8 +336,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="toy: numpy REINFORCE families (fast); trl: TRL GRPO families (about 15 s "
                         "a run, needs pip install -e '.[hf]'); trl-noisy: TRL GRPO runs watched by a "
                         "48-prompt eval, some with a transient collapse that recovers")
-    parser.add_argument("--seed", type=int, default=0, help="bank seed (default 0)")
-    parser.add_argument("--runs-per-family", type=int, default=10, help="runs in each family (default 10)")
+    parser.add_argument("--seed", type=int_in_range(0), default=0, help="bank seed, >= 0 (default 0)")
+    parser.add_argument("--runs-per-family", type=int_in_range(1), default=10,
+                        help="runs in each family, >= 1 (default 10)")
     parser.add_argument(
         "--families", default=None,
         help=f"comma-separated subset of: {', '.join(FAMILIES)} (toy), {', '.join(TRL_FAMILIES)} (trl) "

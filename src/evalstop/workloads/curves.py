@@ -1,4 +1,4 @@
-"""True-quality, training-loss and proxy-reward curves as functions of progress p in [0, 1].
+"""True-quality and training-loss curves as functions of progress p in [0, 1].
 
 All functions are vectorised over ``p``. Quality is on a 0..1 scale. ``exp``, ``expm1``,
 ``log`` and ``power`` come from ``evalstop._snap``: the same results on every CPU.
@@ -27,26 +27,9 @@ def gao_rl(p: ArrayLike, peak: float, gamma: float = 1.0) -> FloatArray:
     return np.asarray(g, dtype=float)
 
 
-def saturating(p: ArrayLike, rate: float) -> FloatArray:
-    """1 - e^(-rate p), normalised to reach 1 at p = 1 (rate -> 0 gives a straight line)."""
-    p = np.asarray(p, dtype=float)
-    if rate < 1e-9:
-        return p
-    return np.asarray(-_snap.expm1(-rate * p) / -_snap.expm1(-rate), dtype=float)
-
-
-def saturating_plateau(p: ArrayLike, rate: float, plateau_from: float) -> FloatArray:
-    """Saturating rise that reaches 1 at ``plateau_from`` and stays flat after it (DPO)."""
-    p = np.asarray(p, dtype=float)
-    return saturating(np.minimum(p / plateau_from, 1.0), rate)
-
-
 def training_loss(p: ArrayLike, tau: float, start: float = 1.0, floor: float = 0.2) -> FloatArray:
     """Monotonically falling loss floor + (start - floor) e^(-p/tau), for every job kind."""
     p = np.asarray(p, dtype=float)
     return np.asarray(floor + (start - floor) * _snap.exp(-p / tau), dtype=float)
 
 
-def proxy_reward(p: ArrayLike) -> FloatArray:
-    """The reward model's score: keeps rising through reward hacking (concave, monotone)."""
-    return np.asarray(np.sqrt(np.asarray(p, dtype=float)), dtype=float)

@@ -18,7 +18,7 @@ from .._gc import cyclic_gc_paused
 from .._validation import InvalidParameterError, check_choice, check_float, check_int
 from . import curves
 from .records import JobSpec, JobTruth
-from .table import DenseEvals, JobTable, loss_at
+from .table import DenseEvals, JobTable
 
 KINDS = ("rlhf", "lora", "dpo")
 
@@ -399,8 +399,9 @@ def _shapes(
 
 
 def _saturating_rows(p: np.ndarray, rate: np.ndarray) -> np.ndarray:
-    """``curves.saturating(p_j, rate[j])`` for every job j at once (``p`` is one progress row
-    shared by every job, or one row per job): the same float operations, element by element."""
+    """The saturating rise ``(1 - e^(-rate p)) / (1 - e^(-rate))`` (reaching 1 at p = 1; a straight
+    line as rate -> 0) of every job j at once, with ``rate[j]`` (``p`` is one progress row shared
+    by every job, or one row per job)."""
     r = rate[:, None]
     with np.errstate(divide="ignore", invalid="ignore"):
         rising = -_snap.expm1(-r * p) / -_snap.expm1(-r)
@@ -410,13 +411,3 @@ def _saturating_rows(p: np.ndarray, rate: np.ndarray) -> np.ndarray:
 def _lerp(bounds: tuple[float, float], u: np.ndarray) -> np.ndarray:
     """``bounds[0] + (bounds[1] - bounds[0]) * u``: the arithmetic of ``rng.uniform(*bounds)``."""
     return bounds[0] + (bounds[1] - bounds[0]) * u
-
-
-def _draw_curve(
-    config: WorkloadConfig, rng: np.random.Generator, kind: str, hacking: bool, p: np.ndarray
-) -> tuple[np.ndarray, float, float, np.ndarray]:
-    """One job's curves (true quality, peak progress, peak value, loss): ``_draw_curves`` for one
-    job, drawing what a job draws. Kept for loaders that build jobs one at a time."""
-    drawn = _draw_curves(config, rng, np.array([kind]), np.array([hacking]), p)
-    loss = loss_at(p, drawn.loss_tau)[0]
-    return drawn.true_q[0], float(drawn.peak_p[0]), float(drawn.peak_value[0]), loss

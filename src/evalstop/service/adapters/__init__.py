@@ -25,9 +25,12 @@ ADAPTERS: dict[str, tuple[str, str]] = {
 
 
 def get_adapter(name: str, settings: Mapping[str, Any]) -> EnforcementAdapter:
-    """Build the adapter registered as ``name`` from its ``settings`` (validated by the adapter)."""
+    """Build the adapter registered as ``name`` from its ``settings`` (validated by the adapter;
+    ``NAME_file`` keys read into ``NAME`` first, :func:`~evalstop.service.settings.resolve_file_keys`)."""
+    from evalstop.service.settings import resolve_file_keys
+
     check_choice("get_adapter", "name", name, ADAPTERS)
     module_name, class_name = ADAPTERS[name]
     cls = getattr(importlib.import_module(module_name), class_name)
-    adapter: EnforcementAdapter = cls(settings)
+    adapter: EnforcementAdapter = cls(resolve_file_keys(name, settings, getattr(cls, "path_settings", ())))
     return adapter

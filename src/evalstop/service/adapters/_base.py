@@ -71,6 +71,10 @@ def scope_section(job: JobRef, target: str) -> Mapping[str, Any] | None:
 
 class EnforcementAdapter(ABC):
     name: str = ""
+    #: Setting names ending in ``_file`` that the adapter reads itself, at any depth (a path it
+    #: re-reads); every other ``NAME_file`` is read once into ``NAME`` before the adapter is built
+    #: (settings.resolve_file_keys). A factory function may carry the same attribute.
+    path_settings: frozenset[str] = frozenset()
 
     @abstractmethod
     def pin_checkpoint(self, job: JobRef, checkpoint_uri: str | None) -> None:

@@ -52,6 +52,7 @@ def _in_cluster_url() -> str | None:
 
 class KubernetesAdapter(EnforcementAdapter):
     name = "kubernetes"
+    path_settings = frozenset({"token_file", "ca_file"})  # the projected token is re-read as it rotates
 
     def __init__(self, settings: Mapping[str, Any]) -> None:
         self.api_url = setting_str(self.name, settings, "api_url", _in_cluster_url()).rstrip("/")

@@ -27,10 +27,15 @@ from evalstop.service.adapters._base import (
     EnforcementAdapter,
     JobRef,
     NotOwned,
-    scope_section,
-    unknown_job,
 )
 from evalstop.service.adapters._common import command_env, setting_float, write_pin_marker
+from evalstop.service.adapters._slurm_submit import (
+    SubmitAs,
+    Submitter,
+    check_slurm_owner,
+    check_submitted,
+    resubmit_options,
+)
 from evalstop.service.resubmit import slurm_job_name
 
 log = logging.getLogger("evalstop.service.adapters.slurm")
@@ -81,25 +86,6 @@ def slurm_job_id(job: JobRef) -> str:
     return ref
 
 
-def check_slurm_owner(job: JobRef, records: Sequence[Mapping[str, str]], *, must_exist: bool = False) -> None:
-    """Refuse unless every record (one per array task) has an account, user and partition the
-    tenant's slurm scope allows (an empty list in the scope allows any; a record without the
-    field never matches a list, also one with an empty entry). With ``must_exist``, no record
-    (Slurm does not know the job) is refused too."""
-    scope = scope_section(job, "slurm")
-    if scope is None:
-        return
-    if must_exist and not records:
-        raise NotOwned(unknown_job(job, "Slurm", "sbatch"))
-    for record in records:
-        for key, allowed in (("account", scope.get("accounts")), ("user", scope.get("users")),
-                             ("partition", scope.get("partitions"))):
-            if allowed and (not record.get(key) or record.get(key) not in allowed):
-                raise NotOwned(f"job {job.job_id}: the {key} of Slurm job {job.external_ref} is outside "
-                               f"tenant {job.tenant!r}'s scope ({key}s {list(allowed)})")
-
-
-
 def parse_show_job(text: str) -> list[dict[str, str]]:
     """``scontrol show job -o`` (one line per job record) -> account, user, partition."""
     records = []
@@ -123,6 +109,7 @@ class SlurmAdapter(EnforcementAdapter):
         if self.pin_field not in ("Comment", "AdminComment"):
             raise ValueError(f"The 'pin_field' setting of the slurm adapter must be one of 'AdminComment', "
                              f"'Comment'. Got {self.pin_field!r} instead.")
+        self.submit_as = SubmitAs(settings, tokens=False)
         conf = settings.get("slurm_conf")
         self._env = command_env({"SLURM_CONF": str(conf)} if conf else None)
 
@@ -188,35 +175,38 @@ class SlurmAdapter(EnforcementAdapter):
         return all(state in TERMINAL for state in self.states(job))
 
     def resubmit(self, job: JobRef, template: Mapping[str, Any], text: str, number: int) -> str:
-        """``sbatch`` the rendered ``text`` (on stdin: no file, no shell) as job
-        ``evalstop-<job id>-r<N>`` with the template's account and partition, each re-checked
-        against the tenant's scope; a job of that name already known is the one submitted
-        before. A new job the scope does not allow (its user, say) is cancelled, and refused."""
-        scope = scope_section(job, self.name)
-        options = []
-        for key, listed in (("account", "accounts"), ("partition", "partitions")):
-            value = template.get(key)
-            allowed = list((scope or {}).get(listed) or ())
-            if allowed and value not in allowed:
-                raise NotOwned(f"job {job.job_id}: resubmission {key} {value!r} is outside tenant "
-                               f"{job.tenant!r}'s scope ({listed} {allowed})")
-            if value:
-                options.append(f"--{key}={value}")
+        """``sbatch --hold`` the rendered ``text`` (on stdin: no file, no shell) as job
+        ``evalstop-<job id>-r<N>``, as the tenant's Slurm user (``--uid``, the ``submit_as``
+        setting), with the template's account and partition re-checked against the scope and
+        only the template's ``env``. The held job is released only once Slurm shows it runs as
+        that user inside the scope; else it is cancelled while held, and refused. A live job of
+        that name and user is the one submitted before (released if the check passes)."""
+        submitter = self.submit_as.for_job(job)
+        options = [f"--{key}={value}" for key, value in resubmit_options(job, template).items()]
+        if submitter.user is not None:
+            options.append(f"--uid={submitter.user}")
         name = slurm_job_name(job.job_id, number)
-        new_id = self._named(job, name)
+        new_id = self._named(job, name, submitter)
         if new_id is None:
-            options = ["--parsable", f"--job-name={name}", *options]
+            options = ["--parsable", "--hold", f"--job-name={name}", *options]
             result = self.sbatch(options, text, template.get("env") or {})
             classify(f"slurm resubmit of job {job.job_id}", result)
             new_id = result.stdout.strip().split(";", 1)[0]
         new = JobRef(job.job_id, job.tenant, new_id, job.options, scope=job.scope)
         self._job_id(new)  # a job id, or a permanent error
-        try:
-            self.check_owner(new)
-        except NotOwned:
-            self.run(["scancel", new_id])
-            raise
+        self._release_if_owned(new, submitter)
         return new_id
+
+    def _release_if_owned(self, new: JobRef, submitter: Submitter) -> None:
+        what = f"slurm resubmit check of job {new.job_id}"
+        result = self.run(["scontrol", "show", "job", "-o", new.external_ref])
+        gone = classify(what, result) == "gone"
+        try:
+            check_submitted(new, [] if gone else parse_show_job(result.stdout), submitter)
+        except NotOwned:
+            self.run(["scancel", new.external_ref])  # still held: it never ran
+            raise
+        classify(f"slurm release of job {new.job_id}", self.run(["scontrol", "release", new.external_ref]))
 
     def sbatch(self, options: Sequence[str], script: str, env: Mapping[str, str]) -> Result:
         """``sbatch`` the ``script`` (on stdin) so that the job's environment holds ``env`` and
@@ -234,10 +224,12 @@ class SlurmAdapter(EnforcementAdapter):
         finally:
             os.close(read_fd)
 
-    def _named(self, job: JobRef, name: str) -> str | None:
-        """The id of the live (not finished) job called ``name``, if any: one cancelled because
-        its owner check failed does not count."""
-        result = self.run(["squeue", "--noheader", "--states=all", f"--name={name}", "--format=%i %T"])
+    def _named(self, job: JobRef, name: str, submitter: Submitter) -> str | None:
+        """The id of the live (not finished) job called ``name`` of ``submitter``'s user, if
+        any: one cancelled because its check failed does not count, nor another user's."""
+        user = f"--user={submitter.user}" if submitter.user is not None else "--me"
+        argv = ["squeue", "--noheader", "--states=all", user, f"--name={name}", "--format=%i %T"]
+        result = self.run(argv)
         classify(f"slurm resubmit lookup for job {job.job_id}", result)
         live = [line.split()[0] for line in result.stdout.splitlines()
                 if len(line.split()) == 2 and line.split()[1] not in TERMINAL]

@@ -16,3 +16,9 @@ def make_slurm_adapter(settings: Mapping[str, Any]) -> EnforcementAdapter:
     if settings.get("rest_url") or settings.get("rest_socket"):
         return SlurmRestAdapter(settings)
     return SlurmAdapter(settings)
+
+
+#: ``token_file`` stays a path (``resolve_file_keys`` does not read it): a tenant's JWT in
+#: ``submit_as`` is re-read at each resubmission, so a rotated token file is picked up; the
+#: adapter's own top-level ``token_file`` is read when the adapter is built.
+make_slurm_adapter.path_settings = frozenset({"token_file"})  # type: ignore[attr-defined]

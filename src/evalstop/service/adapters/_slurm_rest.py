@@ -2,18 +2,22 @@
 
 Settings: ``rest_url`` (``http://host:6820``) or ``rest_socket`` (a unix socket, for
 ``rest_auth/local``); ``user`` + ``token`` for JWT auth (``X-SLURM-USER-NAME`` /
-``X-SLURM-USER-TOKEN``); ``api_version`` (default ``v0.0.38``, Slurm 22.05); ``pin_dir``.
+``X-SLURM-USER-TOKEN``); ``api_version`` (default ``v0.0.38``, Slurm 22.05); ``pin_dir``;
+``submit_as`` (per tenant: ``{"user": ..., "token_file": ...}``, the JWT a resubmission is
+sent with; never logged) or ``submit_as_service_user`` (``_slurm_submit.py``).
 slurmrestd reports failures as HTTP 500 with an ``errors`` list; they are classified like the
 CLI's messages (unknown or finished job = gone, "can not be altered now" = retryable).
 """
 
 from __future__ import annotations
 
+import getpass
 from collections.abc import Mapping
 from typing import Any
 
-from evalstop.service.adapters._base import AdapterError, EnforcementAdapter, JobRef
+from evalstop.service.adapters._base import AdapterError, EnforcementAdapter, JobRef, NotOwned
 from evalstop.service.adapters._common import (
+    DEFAULT_PATH,
     fail_for_status,
     import_httpx,
     json_body,
@@ -22,7 +26,15 @@ from evalstop.service.adapters._common import (
     setting_str,
     write_pin_marker,
 )
-from evalstop.service.adapters._slurm import TERMINAL, Result, check_slurm_owner, classify, slurm_job_id
+from evalstop.service.adapters._slurm import TERMINAL, Result, classify, slurm_job_id
+from evalstop.service.adapters._slurm_submit import (
+    SubmitAs,
+    Submitter,
+    check_slurm_owner,
+    check_submitted,
+    resubmit_options,
+)
+from evalstop.service.resubmit import slurm_job_name
 
 
 class SlurmRestAdapter(EnforcementAdapter):
@@ -33,10 +45,18 @@ class SlurmRestAdapter(EnforcementAdapter):
         self.timeout_s = setting_float(self.name, settings, "timeout_s", 30.0)
         self.pin_dir: str | None = settings.get("pin_dir")
         httpx = import_httpx(self.name)
+        self.submit_as = SubmitAs(settings, tokens=True)
+        #: the Slurm user the adapter's own calls run as (rest_auth/local: the service's Unix user)
+        self.service_user = str(settings.get("user") or getpass.getuser())
         headers = {}
-        if settings.get("token"):
+        token = settings.get("token")
+        if not token and settings.get("token_file"):  # kept as a path (make_slurm_adapter.path_settings)
+            from evalstop.service.settings import read_secret_file
+
+            token = read_secret_file(f"{self.name}.token_file", settings["token_file"])
+        if token:
             headers = {"X-SLURM-USER-NAME": setting_str(self.name, settings, "user"),
-                       "X-SLURM-USER-TOKEN": str(settings["token"])}
+                       "X-SLURM-USER-TOKEN": str(token)}
         if settings.get("rest_socket"):
             self.base = "http://slurmrestd"
             transport = httpx.HTTPTransport(uds=str(settings["rest_socket"]))
@@ -49,9 +69,11 @@ class SlurmRestAdapter(EnforcementAdapter):
     def __repr__(self) -> str:
         return f"SlurmRestAdapter(base={self.base!r}, api_version={self.api_version!r})"
 
-    def _call(self, method: str, job: JobRef, what: str, **kwargs: Any) -> tuple[str, Any]:
-        """``("ok", body)`` or ``("gone", body)``; raise for anything else."""
-        path = f"/slurm/{self.api_version}/job/{slurm_job_id(job)}"
+    def _call(self, method: str, job: JobRef | None, what: str, **kwargs: Any) -> tuple[str, Any]:
+        """``("ok", body)`` or ``("gone", body)``; raise for anything else. ``job`` None: the
+        job list (``GET``) or a submission (``POST``)."""
+        tail = "job/submit" if method == "POST" else "jobs"
+        path = f"/slurm/{self.api_version}/" + (tail if job is None else f"job/{slurm_job_id(job)}")
         resp = send(self._client, method, path, what=what, **kwargs)
         if resp.status_code not in (200, 500):
             fail_for_status(resp, what)
@@ -61,6 +83,8 @@ class SlurmRestAdapter(EnforcementAdapter):
                          if isinstance(e, dict))
         if resp.status_code == 500 and not errors:
             raise AdapterError(f"{what}: HTTP 500 without an error list", retryable=True)
+        if resp.status_code == 200 and isinstance(body, dict) and body.get("job_id") is not None:
+            return "ok", body  # a submission; its errors list holds notices ("Job is in held state")
         return classify(what, Result(1 if errors else 0, "", text)), body
 
     def states(self, job: JobRef) -> list[str]:
@@ -80,10 +104,7 @@ class SlurmRestAdapter(EnforcementAdapter):
         outcome, body = self._call("GET", job, f"slurm owner check for job {job.job_id}")
         if outcome == "gone" and not must_exist:
             return
-        records = [] if outcome == "gone" else [
-            {"account": str(e.get("account") or ""), "user": str(e.get("user_name") or ""),
-             "partition": str(e.get("partition") or "")} for e in body.get("jobs", [])]
-        check_slurm_owner(job, records, must_exist=must_exist)
+        check_slurm_owner(job, [] if outcome == "gone" else _records(body), must_exist=must_exist)
 
     def pin_checkpoint(self, job: JobRef, checkpoint_uri: str | None) -> None:
         if checkpoint_uri is None:
@@ -107,5 +128,55 @@ class SlurmRestAdapter(EnforcementAdapter):
     def is_stopped(self, job: JobRef) -> bool:
         return all(state in TERMINAL for state in self.states(job))
 
+    def resubmit(self, job: JobRef, template: Mapping[str, Any], text: str, number: int) -> str:
+        """The CLI adapter's resubmission over slurmrestd: submitted held (``"hold": true``) as
+        job ``evalstop-<job id>-r<N>`` with the tenant's Slurm user and token (``submit_as``),
+        environment the template's ``env`` only (``PATH`` defaults to a fixed system one),
+        released (``"hold": false``) once the check passes, else cancelled while held."""
+        submitter = self.submit_as.for_job(job)
+        headers = self._headers(submitter)
+        name = slurm_job_name(job.job_id, number)
+        new_id = self._named(job, name, submitter, headers)
+        if new_id is None:
+            desc = {"name": name, "hold": True, "current_working_directory": "/tmp",
+                    "environment": {"PATH": DEFAULT_PATH, **(template.get("env") or {})},
+                    **resubmit_options(job, template)}
+            _, body = self._call("POST", None, f"slurm resubmit of job {job.job_id}", headers=headers,
+                                 json={"script": text, "job": desc})
+            new_id = str(body.get("job_id"))
+        new = JobRef(job.job_id, job.tenant, new_id, job.options, scope=job.scope)
+        outcome, body = self._call("GET", new, f"slurm resubmit check of job {job.job_id}", headers=headers)
+        try:
+            check_submitted(new, [] if outcome == "gone" else _records(body), submitter)
+        except NotOwned:
+            self._call("DELETE", new, f"slurm cancel of job {job.job_id}", headers=headers)
+            raise
+        self._call("POST", new, f"slurm release of job {job.job_id}", headers=headers, json={"hold": False})
+        return new_id
+
+    def _headers(self, submitter: Submitter) -> dict[str, str]:
+        """The tenant's user and JWT; none (the adapter's own) for the service's user."""
+        token = submitter.read_token()
+        if submitter.user is None or token is None:
+            return {}
+        return {"X-SLURM-USER-NAME": submitter.user, "X-SLURM-USER-TOKEN": token}
+
+    def _named(self, job: JobRef, name: str, submitter: Submitter, headers: dict[str, str]) -> str | None:
+        """The live job called ``name`` of the submitting user (the resubmission made before)."""
+        user = submitter.user or self.service_user
+        _, body = self._call("GET", None, f"slurm resubmit lookup for job {job.job_id}", headers=headers)
+        for entry in body.get("jobs", []) if isinstance(body, dict) else []:
+            state = entry.get("job_state")
+            state = state[0] if isinstance(state, list) and state else state
+            if entry.get("name") == name and entry.get("user_name") == user and state not in TERMINAL:
+                return str(entry.get("job_id"))
+        return None
+
     def close(self) -> None:
         self._client.close()
+
+
+def _records(body: Any) -> list[dict[str, str]]:
+    """A job reply's records (one per array task): account, user, partition."""
+    return [{"account": str(e.get("account") or ""), "user": str(e.get("user_name") or ""),
+             "partition": str(e.get("partition") or "")} for e in body.get("jobs", [])]

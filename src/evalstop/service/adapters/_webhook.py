@@ -46,7 +46,8 @@ def verify_signature(
         age = (time.time() if now is None else now) - float(timestamp)
     except ValueError:
         return False
-    return abs(age) <= max_age_s and hmac.compare_digest(sign(secret, timestamp, body), signature)
+    expected = sign(secret, timestamp, body).encode()  # bytes: a non-ASCII str would raise TypeError
+    return abs(age) <= max_age_s and hmac.compare_digest(expected, signature.encode())
 
 
 def idempotency_key(job_id: str, action: str, checkpoint_uri: str | None) -> str:

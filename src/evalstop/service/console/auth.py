@@ -68,7 +68,7 @@ class ConsoleAuth:
         """A new session for ``token`` (the admin token or a tenant's current token, not one in
         its rotation grace), or None if it is neither."""
         digest = _sha256(token)
-        if self._admin_hash is not None and hmac.compare_digest(digest, self._admin_hash):
+        if self._admin_hash is not None and _same(digest, self._admin_hash):
             tenant = None
         else:
             found = tenant_store.for_token_hash(self.store, digest, self.clock(), grace=False)
@@ -102,13 +102,13 @@ class ConsoleAuth:
         if not cookie or cookie.count(".") != 1:
             return None
         sid, mac = cookie.split(".")
-        if not hmac.compare_digest(mac, self._sign(sid)):
+        if not _same(mac, self._sign(sid)):
             return None
         row = session_store.live(self.store, _sha256(sid), self.clock())
         if row is None:
             return None
         if row["tenant"] is None and not (
-                self._admin_hash is not None and hmac.compare_digest(row["token_hash"], self._admin_hash)):
+                self._admin_hash is not None and _same(row["token_hash"], self._admin_hash)):
             return None  # signed in with an admin token this replica no longer has
         return Session(row["tenant"], row["token_hash"], row["name"], row["csrf"], row["expires_at"], sid)
 
@@ -118,7 +118,13 @@ class ConsoleAuth:
 
 
 def csrf_ok(expected: str | None, given: str | None) -> bool:
-    return bool(expected) and bool(given) and hmac.compare_digest(str(expected), str(given))
+    return bool(expected) and bool(given) and _same(str(expected), str(given))
+
+
+def _same(a: str, b: str) -> bool:
+    """Constant-time equality of two texts, any characters: ``compare_digest`` raises TypeError
+    on a str with a non-ASCII character (a forged cookie or form field), so compare UTF-8 bytes."""
+    return hmac.compare_digest(a.encode(), b.encode())
 
 
 def _sha256(text: str) -> str:

@@ -1,7 +1,8 @@
 """Pull ingest: poll MLflow, TensorBoard event dirs and HF ``trainer_state.json`` for eval scores.
 
 Each poller hands new :class:`ScoreRecord` s to a ``Sink(job_key, records)``; the service wires
-the sink to its ingest. Pollers import their client library lazily.
+the sink to its ingest. The reading is :mod:`evalstop.logs`' (shared with ``evalstop watch``);
+this package adds cursors, sinks and the polling loop.
 """
 
 from __future__ import annotations
@@ -9,13 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 from evalstop._validation import InvalidParameterError, check_choice
-from evalstop.service.pull._base import Cursor, Poller, PollStats, ScoreRecord, Sink, run_pollers
+from evalstop.logs import ScoreRecord
+from evalstop.service.pull._base import Cursor, Poller, PollStats, ReaderPoller, Sink, run_pollers
 from evalstop.service.pull._mlflow import MlflowPoller
 from evalstop.service.pull._tensorboard import TensorBoardPoller
 from evalstop.service.pull._trainer_state import TrainerStatePoller
 
 __all__ = [
-    "POLLERS", "Cursor", "MlflowPoller", "PollStats", "Poller", "ScoreRecord", "Sink",
+    "POLLERS", "Cursor", "MlflowPoller", "PollStats", "Poller", "ReaderPoller", "ScoreRecord", "Sink",
     "TensorBoardPoller", "TrainerStatePoller", "make_poller", "run_pollers",
 ]
 

@@ -16,21 +16,12 @@ import tempfile
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from evalstop.logs import LogReader, ScoreRecord
+
 log = logging.getLogger("evalstop.service.pull")
-
-
-@dataclass(frozen=True)
-class ScoreRecord:
-    """One eval: ``ts`` in unix seconds when the source has it."""
-
-    step: int
-    value: float
-    metric: str
-    checkpoint_uri: str | None = None
-    ts: float | None = None
 
 
 Sink = Callable[[str, Sequence[ScoreRecord]], None]
@@ -135,6 +126,31 @@ class Poller(ABC):
             stats.delivered += len(fresh)
             stats.invalid += len(bad)
         return stats
+
+
+class ReaderPoller(Poller):
+    """A poller over one :class:`~evalstop.logs.LogReader` per job: each poll reads what is new
+    and keeps it with what was read before (the cursor says what was delivered; a failed
+    delivery is retried from here). ``checkpoint(job_key, record)`` names a record's checkpoint
+    where the reader does not."""
+
+    def __init__(self, sink: Sink, readers: Mapping[str, LogReader], cursor: Cursor | None = None) -> None:
+        super().__init__(sink, cursor)
+        self.readers = dict(readers)
+        self._read: dict[str, list[ScoreRecord]] = {}
+
+    def checkpoint(self, job_key: str, record: ScoreRecord) -> str | None:
+        return record.checkpoint_uri
+
+    def fetch(self) -> Mapping[str, Sequence[ScoreRecord]]:
+        for job_key, reader in self.readers.items():
+            if not reader.exists():
+                log.info("job %s: no %s yet", job_key, reader.location)
+                continue
+            new = reader.read()
+            named = [replace(r, checkpoint_uri=self.checkpoint(job_key, r)) for r in new]
+            self._read.setdefault(job_key, []).extend(named)
+        return self._read
 
 
 def run_pollers(pollers: Sequence[Poller], interval_s: float, stop: threading.Event) -> None:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-from evalstop.service.pull._base import Cursor, Poller, ScoreRecord, Sink
-
-log = logging.getLogger("evalstop.service.pull.mlflow")
+from evalstop.logs import MlflowClientReader, ScoreRecord
+from evalstop.service.pull._base import Cursor, ReaderPoller, Sink
 
 
 def checkpoint_for(template: str | None, **fields: Any) -> str | None:
@@ -16,7 +14,7 @@ def checkpoint_for(template: str | None, **fields: Any) -> str | None:
     return template.format(**fields) if template else None
 
 
-class MlflowPoller(Poller):
+class MlflowPoller(ReaderPoller):
     """Polls ``metric`` of every run in ``runs`` (job key -> MLflow run id).
 
     ``checkpoint_template`` (e.g. ``"runs:/{run_id}/checkpoints/step-{step}"``) names each
@@ -27,34 +25,10 @@ class MlflowPoller(Poller):
 
     def __init__(self, sink: Sink, *, tracking_uri: str, runs: Mapping[str, str], metric: str,
                  checkpoint_template: str | None = None, cursor: Cursor | None = None) -> None:
-        super().__init__(sink, cursor)
+        readers = {k: MlflowClientReader(tracking_uri, run_id, metric) for k, run_id in runs.items()}
+        super().__init__(sink, readers, cursor)
         self.tracking_uri, self.runs, self.metric = tracking_uri, dict(runs), metric
         self.checkpoint_template = checkpoint_template
-        self._client: Any = None
 
-    def _mlflow(self) -> Any:
-        if self._client is None:
-            try:
-                from mlflow.tracking import MlflowClient
-            except ImportError as exc:  # pragma: no cover - depends on the install
-                raise ImportError("the MLflow poller needs mlflow: pip install -e '.[pull]'") from exc
-            self._client = MlflowClient(tracking_uri=self.tracking_uri)
-        return self._client
-
-    def fetch(self) -> Mapping[str, Sequence[ScoreRecord]]:
-        from mlflow.exceptions import MlflowException
-
-        out: dict[str, list[ScoreRecord]] = {}
-        for job_key, run_id in self.runs.items():
-            try:
-                history = self._mlflow().get_metric_history(run_id, self.metric)
-            except MlflowException as exc:
-                log.warning("job %s: MLflow run %s unreadable: %s", job_key, run_id, exc)
-                continue
-            out[job_key] = [
-                ScoreRecord(int(m.step), float(m.value), self.metric,
-                            checkpoint_for(self.checkpoint_template, run_id=run_id, step=m.step),
-                            m.timestamp / 1000.0)
-                for m in history
-            ]
-        return out
+    def checkpoint(self, job_key: str, record: ScoreRecord) -> str | None:
+        return checkpoint_for(self.checkpoint_template, run_id=self.runs[job_key], step=record.step)

@@ -14,7 +14,16 @@ package, and nothing outside it imports SQLAlchemy or a database driver
 
 from __future__ import annotations
 
-from .engine import Conn, DatabaseError, DatabaseUnavailable, Limits, Store, open_store, sqlite_file
+from .engine import (
+    Conn,
+    DatabaseError,
+    DatabaseUnavailable,
+    Limits,
+    Store,
+    ValueDoesNotFit,
+    open_store,
+    sqlite_file,
+)
 from .tables import (
     audit,
     console_sessions,
@@ -31,7 +40,8 @@ from .tables import (
 )
 
 __all__ = [
-    "Conn", "DatabaseError", "DatabaseUnavailable", "Limits", "Store", "audit", "console_sessions",
+    "Conn", "DatabaseError", "DatabaseUnavailable", "Limits", "Store", "ValueDoesNotFit", "audit",
+    "console_sessions",
     "decisions", "delivery_events", "jobs", "metadata", "open_store", "outbox", "scores",
     "service_secrets", "sqlite_file", "tenant_buckets", "tenants", "token_events",
 ]

@@ -10,6 +10,7 @@ serialise on ``SELECT ... FOR UPDATE`` of the job row.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -20,7 +21,7 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlalchemy.exc import DataError, OperationalError, SQLAlchemyError
 
 from .commit import GroupCommitter, WriterThreads
 from .dialect import Dialect, Postgres, Sqlite, owed_first, readable
@@ -31,6 +32,8 @@ T = TypeVar("T")
 Conn = Connection
 #: The database is unreachable or refused the operation (the service answers 503, retry later).
 DatabaseUnavailable = OperationalError
+#: The database refused a value: too long for its column, out of range (the service answers 422).
+ValueDoesNotFit = DataError
 #: Any error of the database layer (a URL that parses but a database that will not open, say).
 DatabaseError = SQLAlchemyError
 
@@ -131,6 +134,31 @@ class Store:
         self.engine.dispose()
 
 
+def _json_loads(text: str) -> Any:
+    """A stored JSON column's value; one nested too deep for the decoder (stored before the
+    service bounded it) reads as a note instead of failing every read of its table."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        return {"unreadable": "nested too deep to read; not shown"}
+
+
+#: Every engine: an error never carries a statement's parameters (SQLAlchemy puts them in its
+#: exception messages, which end up in logs: a tenant's values, a token's hash), and JSON
+#: columns read with :func:`_json_loads`.
+ENGINE_OPTIONS: dict[str, Any] = {"hide_parameters": True, "json_deserializer": _json_loads}
+
+
+def _without_row_values(context: Any) -> None:
+    """Drop PostgreSQL's DETAIL from an error's text: for a constraint it repeats the row or the
+    key ("Failing row contains (...)"), i.e. the statement's values, and the text of an error
+    ends up in logs. The detail stays readable as ``exc.orig.diag.message_detail``."""
+    for exc in (context.original_exception, context.sqlalchemy_exception):
+        text = exc.args[0] if exc is not None and exc.args else None
+        if isinstance(text, str) and "\nDETAIL:" in text:
+            exc.args = (text.partition("\nDETAIL:")[0], *exc.args[1:])
+
+
 def open_store(
     url: str, *, synchronous: str = "FULL", limits: Limits | None = None, group_commit: bool = True,
     migrate: bool = True, db_threads: int = 4,
@@ -141,7 +169,8 @@ def open_store(
         url = "postgresql+psycopg:" + url.removeprefix("postgresql:")
     dialect: Dialect
     if url.startswith("sqlite"):
-        engine = sa.create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+        engine = sa.create_engine(url, connect_args={"timeout": 30, "check_same_thread": False},
+                                  **ENGINE_OPTIONS)
         _configure_sqlite(engine, synchronous)
         dialect = Sqlite()
     else:
@@ -151,9 +180,11 @@ def open_store(
         # client_encoding: the ingest's literals are UTF-8 text (dialect._literal); pool_size:
         # each writer thread keeps a connection (WriterThreads), and reads need their own
         engine = sa.create_engine(url, pool_size=10 + db_threads, max_overflow=20, pool_use_lifo=True,
-                                  connect_args={"prepare_threshold": None, "client_encoding": "utf8"})
+                                  connect_args={"prepare_threshold": None, "client_encoding": "utf8"},
+                                  **ENGINE_OPTIONS)
         _check_on_checkout(engine)
         _send_owed_first(engine)
+        sa.event.listen(engine, "handle_error", _without_row_values)
         dialect = Postgres()
     store = Store(engine, dialect, limits, group_commit=group_commit, db_threads=db_threads)
     if migrate:

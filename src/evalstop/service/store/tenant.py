@@ -67,7 +67,7 @@ def token_owner(
         return None
     current = found.token_hash == digest
     stored = found.token_hash if current else (found.previous_token_hash or "")
-    if not hmac.compare_digest(stored, digest):
+    if not hmac.compare_digest(stored.encode(), digest.encode()):
         return None
     return str(found.name), None if current else float(found.previous_valid_until)
 

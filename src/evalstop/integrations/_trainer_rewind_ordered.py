@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ._remote_rewind import RewindOrder
-from ._rewind import RewindRefused, check_checkpoint, check_correction, rewind_in_place
+from ._service_rewind_order import RewindOrder
+from ._trainer_rewind import RewindRefused, check_checkpoint, check_correction, rewind_in_place
 
 
 def rewind_remote(

@@ -21,7 +21,7 @@ httpx = pytest.importorskip("httpx", reason="needs pip install -e '.[service]'")
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
 from test_int_hf import make_trainer  # noqa: E402
-from test_int_rewind import LR, SCORES, Probe  # noqa: E402
+from test_int_trainer_rewind import LR, SCORES, Probe  # noqa: E402
 
 from evalstop.integrations import EvalStopCallback, RemoteJob  # noqa: E402
 

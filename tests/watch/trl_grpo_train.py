@@ -1,0 +1,75 @@
+"""A tiny TRL GRPO run on CPU that logs its evals to TensorBoard, as a user's train.py would.
+
+    python trl_grpo_train.py --output_dir DIR --config hacking|healthy [--max_steps N]
+
+The policy, tokenizer and rewards are those of examples/trl_grpo_evalstop.py (nothing is
+downloaded): ``hacking`` optimises the learned proxy reward (weights [1, 0]) and the gold reward,
+logged as ``eval/rewards/gold/mean``, peaks and falls; ``healthy`` optimises the gold reward itself
+(weights [0, 1]). Every checkpoint's weights are also copied to ``DIR.saved/step-N`` when saved,
+so a test can check which one ``best/`` holds after the Trainer's rotation deleted it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+from datasets import Dataset
+from transformers import GPT2Config, GPT2LMHeadModel, TrainerCallback
+from trl import GRPOConfig, GRPOTrainer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+from trl_grpo_evalstop import ALPHABET, COMPLETION_LEN, char_tokenizer, fit_proxy, make_rewards
+
+
+class CopyEachSave(TrainerCallback):
+    def __init__(self, out: Path) -> None:
+        self.out = out
+
+    def on_save(self, args, state, control, **kwargs):  # type: ignore[no-untyped-def]
+        src = Path(args.output_dir) / f"checkpoint-{state.global_step}" / "model.safetensors"
+        (self.out / f"step-{state.global_step}").mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, self.out / f"step-{state.global_step}" / "model.safetensors")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--output_dir", required=True)
+    parser.add_argument("--config", choices=("hacking", "healthy"), required=True)
+    parser.add_argument("--max_steps", type=int, default=40)
+    opts = parser.parse_args()
+    rng = np.random.default_rng(0)
+    tokenizer = char_tokenizer()
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(
+        vocab_size=len(tokenizer), n_positions=32, n_embd=32, n_layer=1, n_head=2,
+        bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    ))
+    def prompts(n: int) -> Dataset:
+        return Dataset.from_dict({"prompt": ["".join(rng.choice(list(ALPHABET), 3)) + ">" for _ in range(n)]})
+
+    train, evals = prompts(64), prompts(4)
+    proxy, gold = make_rewards(fit_proxy(rng))
+    config = GRPOConfig(
+        output_dir=opts.output_dir, max_steps=opts.max_steps, learning_rate=5e-3,
+        lr_scheduler_type="constant",
+        per_device_train_batch_size=8, per_device_eval_batch_size=8, num_generations=8,
+        max_completion_length=COMPLETION_LEN, temperature=1.0, beta=0.0,
+        reward_weights=[1.0, 0.0] if opts.config == "hacking" else [0.0, 1.0],
+        logging_steps=5, eval_strategy="steps", eval_steps=5, save_strategy="steps", save_steps=5,
+        save_total_limit=2, report_to=["tensorboard"], use_cpu=True, disable_tqdm=True, seed=0, bf16=False,
+    )
+    trainer = GRPOTrainer(model=model, reward_funcs=[proxy, gold], args=config, train_dataset=train,
+                          eval_dataset=evals, processing_class=tokenizer,
+                          callbacks=[CopyEachSave(Path(opts.output_dir + ".saved"))])
+    trainer.train()
+    print(f"trained to step {trainer.state.global_step}")
+
+
+if __name__ == "__main__":
+    main()
