@@ -2,6 +2,7 @@
 
     evalstop rewind                    # the table, from the shipped runs (no training)
     evalstop rewind --train --seeds 20 # train every run again (about 20 s of CPU a seed), then the table
+    evalstop rewind --runs a.json.gz --runs b.json.gz  # several batches (one study seed each)
 
 Training writes one JSON file per seed into ``--cache`` (a rerun resumes), then the gzipped set
 that ships with the package with ``--write-shipped``. The arms and the measures are in
@@ -20,8 +21,10 @@ from typing import Any
 
 from .._argtypes import int_in_range
 from ..workloads import PRESETS
+from .rewind_delivery import DEFAULT_END_RULE
 from .rewind_platform import COMPARED, PostRewind, calibrate, platform_study
-from .rewind_study import SHIPPED, analyse, format_table
+from .rewind_study import SHIPPED, analyse_rules
+from .rewind_table import format_tables
 
 DEFAULT_CACHE = Path("results") / "rewind-grpo"
 
@@ -37,8 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(default 1)")
     parser.add_argument("--cache", type=Path, default=None,
                         help=f"with --train: per-seed files (default {DEFAULT_CACHE})")
-    parser.add_argument("--runs", type=Path, default=None,
-                        help="read the runs from this .json.gz (written by --train), not the shipped ones")
+    parser.add_argument("--runs", type=Path, action="append", default=None,
+                        help="read the runs from this .json.gz (written by --train), not the shipped ones; "
+                             "repeat for several batches (study seeds)")
     parser.add_argument("--write-shipped", action="store_true",
                         help="with --train: write the trained runs as package data")
     parser.add_argument("--plot", type=Path, default=None,
@@ -64,26 +68,35 @@ def run(args: argparse.Namespace) -> int:
         data = train(0 if args.seed is None else args.seed, args.seeds or 20, args.jobs or 1,
                      args.cache or DEFAULT_CACHE)
         if args.write_shipped:
-            write_runs(data, SHIPPED)
+            write_runs([data], SHIPPED)
+        batches = [data]
     else:
-        try:
-            data = read_runs(args.runs or SHIPPED)
-        except (OSError, EOFError, ValueError) as exc:  # missing, not gzip, not JSON
-            where = f"--runs {args.runs}" if args.runs else f"the shipped runs {SHIPPED}"
-            print(f"evalstop rewind: {where}: cannot read the runs: "
-                  f"{getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
-            return 2
-    result = analyse(data)
+        batches = []
+        for path in args.runs or [SHIPPED]:
+            try:
+                batches += read_runs(path)
+            except (OSError, EOFError, ValueError) as exc:  # missing, not gzip, not JSON
+                where = f"--runs {path}" if args.runs else f"the shipped runs {SHIPPED}"
+                print(f"evalstop rewind: {where}: cannot read the runs: "
+                      f"{getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
+                return 2
+    try:
+        results = analyse_rules(batches)
+    except ValueError as exc:  # batches of different designs
+        print(f"evalstop rewind: --runs: {exc}", file=sys.stderr)
+        return 2
+    result = results[DEFAULT_END_RULE]
+    out: dict[str, Any] = {"end_rules": results}
     if args.platform > 0:
-        result["platform"] = platform(result, args.platform)
+        out["platform"] = platform(result, args.platform)
     if args.plot is not None:
         from .rewind_figure import plot
 
         plot(result, args.plot)
-    text = format_table(result)
-    if "platform" in result:
-        text += "\n\n" + format_platform(result["platform"])
-    print(json.dumps(result, indent=1) if args.json else text)
+    text = format_tables(results)
+    if "platform" in out:
+        text += "\n\n" + format_platform(out["platform"])
+    print(json.dumps(out, indent=1) if args.json else text)
     return 0
 
 
@@ -161,16 +174,19 @@ def _seed_file(cache: Path, study_seed: int, index: int) -> Path:
     return cache / f"seed-{study_seed}-{index:03d}.json"
 
 
-def write_runs(data: dict[str, Any], path: Path) -> None:
+def write_runs(batches: list[dict[str, Any]], path: Path) -> None:
+    """One batch as it is; several as ``{"batches": [...]}``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with gzip.open(path, "wt", encoding="utf-8") as f:
-        json.dump(data, f)
+        json.dump(batches[0] if len(batches) == 1 else {"batches": batches}, f)
 
 
-def read_runs(path: Path) -> dict[str, Any]:
-    """The runs a ``--train`` wrote (gzipped JSON); ValueError when the file holds something else."""
+def read_runs(path: Path) -> list[dict[str, Any]]:
+    """The batches a file holds (gzipped JSON: the runs of one ``--train``, or ``{"batches": [...]}``);
+    ValueError when it holds something else."""
     with gzip.open(path, "rt", encoding="utf-8") as f:
-        data: dict[str, Any] = json.load(f)
-    if not isinstance(data, dict) or not isinstance(data.get("seeds"), list):
+        data: Any = json.load(f)
+    batches = data.get("batches", [data]) if isinstance(data, dict) else None
+    if not batches or not all(isinstance(b, dict) and isinstance(b.get("seeds"), list) for b in batches):
         raise ValueError("not the runs of `evalstop rewind --train` (no list of 'seeds')")
-    return data
+    return list(batches)
