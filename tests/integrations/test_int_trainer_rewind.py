@@ -88,6 +88,16 @@ def test_a_trainer_without_a_kl_coefficient_is_refused_at_train_begin(tmp_path: 
         trainer.train()
 
 
+def test_ref_best_on_a_trainer_without_a_reference_model_is_refused_at_train_begin(tmp_path: Path) -> None:
+    policy = OnDetect(on_detect="rewind", correction="ref=best,lr*=0.5")
+    with pytest.raises(ValueError, match=r"ref=best: Trainer has no reference model \(no 'ref_model'\)"):
+        run(tmp_path, policy)
+    callback = EvalStopCallback(metric="gold", on_detect=policy)
+    trainer = make_trainer(tmp_path, SCORES, callback)
+    with pytest.raises(ValueError, match=r"ref=best: it needs the trainer\. Add the callback with callback"):
+        trainer.train()
+
+
 def test_no_saved_checkpoint_stops_instead_of_rewinding(tmp_path: Path) -> None:
     policy = OnDetect(on_detect="rewind", correction="lr*=0.5")
     callback = EvalStopCallback(metric="gold", detector=KDeclines(k=2), on_detect=policy)
