@@ -37,6 +37,26 @@ def test_a_real_grpo_trainer_rewinds_with_a_stronger_kl() -> None:
     assert run.watched[3] != base.watched[3]  # after it, another policy
 
 
+
+@pytest.mark.slow
+def test_the_learned_proxy_family_trains_and_rewinds_with_the_reference_reset() -> None:
+    pytest.importorskip("trl", reason="needs pip install -e '.[hf]'")
+    from evalstop.detectors import OnDetect
+    from evalstop.experiments.rewind_runs import base_config, run_arm
+    from evalstop.workloads.trl_runs import TrlConfig
+
+    small = {"n_steps": 12, "n_evals": 6, "gold_samples": 16, "eval_prompts": 8}
+    config = TrlConfig().with_(**{**base_config("learned"), **small})
+    assert config.proxy == "learned" and "proxy" not in base_config("linear")  # the shipped design
+    policy = OnDetect("rewind", max_rewinds=1, correction="ref=best,kl_coef=0.5")
+    run = run_arm(config, np.random.SeedSequence(3), policy, detector="fixed-progress:at=0.5")
+    base = run_arm(config, np.random.SeedSequence(3), None)
+    linear = run_arm(TrlConfig().with_(**{**base_config("linear"), **small}), np.random.SeedSequence(3), None)
+    rewind = run.rewinds[0]
+    assert rewind["ref"] == rewind["checkpoint"] and rewind["kl_coef"] == [0.001, 0.5]
+    assert run.watched[:3] == base.watched[:3] and run.watched[3] != base.watched[3]
+    assert base.gold != linear.gold  # another reward model, another training
+
 Points = list[tuple[int, float, float]]
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from .._argtypes import int_in_range
 from ..workloads import PRESETS
+from ..workloads.trl_runs import PROXIES
 from .rewind_delivery import DEFAULT_END_RULE
 from .rewind_platform import COMPARED, PostRewind, calibrate, platform_study
 from .rewind_study import SHIPPED, analyse_rules
@@ -38,6 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --train: the study seed (default 0, the shipped runs' seed)")
     parser.add_argument("--jobs", type=int_in_range(1), default=None, help="with --train: training processes "
                         "(default 1)")
+    parser.add_argument("--proxy", choices=PROXIES, default=None,
+                        help="with --train: the proxy family, linear (default) or learned")
     parser.add_argument("--cache", type=Path, default=None,
                         help=f"with --train: per-seed files (default {DEFAULT_CACHE})")
     parser.add_argument("--runs", type=Path, action="append", default=None,
@@ -56,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 #: Options that only training reads, and their value when not given.
-TRAIN_ONLY = {"seeds": None, "seed": None, "jobs": None, "cache": None, "write_shipped": False}
+TRAIN_ONLY = {"seeds": None, "seed": None, "jobs": None, "cache": None, "write_shipped": False, "proxy": None}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.train:
         data = train(0 if args.seed is None else args.seed, args.seeds or 20, args.jobs or 1,
-                     args.cache or DEFAULT_CACHE)
+                     args.cache or DEFAULT_CACHE, args.proxy or "linear")
         if args.write_shipped:
             write_runs([data], SHIPPED)
         batches = [data]
@@ -155,23 +158,32 @@ def _change(c: dict[str, Any]) -> str:
     return f"{100 * rel:+.1f} % [{100 * lo:+.1f}, {100 * hi:+.1f}]"
 
 
-def train(study_seed: int, n_seeds: int, jobs: int, cache: Path) -> dict[str, Any]:
-    """Train (or read back from ``cache``) seeds ``0..n_seeds-1``; the runs as one dict."""
-    from .rewind_runs import BASE, CORRECTIONS, run_seed
+def train(study_seed: int, n_seeds: int, jobs: int, cache: Path, proxy: str = "linear") -> dict[str, Any]:
+    """Train (or read back from ``cache``) seeds ``0..n_seeds-1`` of a proxy family; the runs as
+    one dict. A cached seed without every arm of ``CORRECTIONS`` is trained again."""
+    from .rewind_runs import CORRECTIONS, base_config, run_seed
 
+    base = base_config(proxy)
     cache.mkdir(parents=True, exist_ok=True)
-    todo = [i for i in range(n_seeds) if not _seed_file(cache, study_seed, i).is_file()]
+    files = [_seed_file(cache, study_seed, i, proxy) for i in range(n_seeds)]
+    todo = [i for i in range(n_seeds) if not _complete(files[i], CORRECTIONS)]
+    n = len(todo)
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        for index, result in zip(todo, pool.map(run_seed, [study_seed] * len(todo), todo), strict=True):
-            _seed_file(cache, study_seed, index).write_text(json.dumps(result))
+        for index, result in zip(todo, pool.map(run_seed, [study_seed] * n, todo, [base] * n), strict=True):
+            files[index].write_text(json.dumps(result))
             print(f"evalstop rewind: seed {index} done", file=sys.stderr)
-    seeds = [json.loads(_seed_file(cache, study_seed, i).read_text()) for i in range(n_seeds)]
-    return {"study_seed": study_seed, "base": BASE, "corrections": CORRECTIONS, "seeds": seeds,
-            "command": f"evalstop rewind --train --seeds {n_seeds} --seed {study_seed}"}
+    seeds = [json.loads(f.read_text()) for f in files]
+    flag = "" if proxy == "linear" else f" --proxy {proxy}"
+    return {"study_seed": study_seed, "base": base, "corrections": CORRECTIONS, "seeds": seeds,
+            "command": f"evalstop rewind --train --seeds {n_seeds} --seed {study_seed}{flag}"}
 
 
-def _seed_file(cache: Path, study_seed: int, index: int) -> Path:
-    return cache / f"seed-{study_seed}-{index:03d}.json"
+def _seed_file(cache: Path, study_seed: int, index: int, proxy: str) -> Path:
+    return cache / f"seed-{study_seed}-{index:03d}{'' if proxy == 'linear' else '-' + proxy}.json"
+
+
+def _complete(path: Path, corrections: dict[str, str]) -> bool:
+    return path.is_file() and set(corrections) <= set(json.loads(path.read_text()))
 
 
 def write_runs(batches: list[dict[str, Any]], path: Path) -> None:
