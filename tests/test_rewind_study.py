@@ -11,8 +11,8 @@ import pytest
 
 from evalstop.experiments.rewind_cmd import read_runs
 from evalstop.experiments.rewind_report import rewind_section
-from evalstop.experiments.rewind_study import SHIPPED, analyse_rules, deliveries
-from evalstop.experiments.rewind_table import format_tables
+from evalstop.experiments.rewind_study import SHIPPED, analyse_families, analyse_rules, deliveries
+from evalstop.experiments.rewind_table import format_families
 
 
 @pytest.mark.slow
@@ -97,7 +97,8 @@ def test_the_shipped_runs_give_the_table(tmp_path: Path) -> None:
             detect = next((e["step"] for e in seed[arm]["log"] if e["event"] == "detect"), None)
             n = len([s for s in seed["base"]["steps"] if detect is None or s <= detect])
             assert seed[arm]["watched"][:n] == seed["base"]["watched"][:n]
-    text = format_tables(results)
+    text = format_families(analyse_families(read_runs(SHIPPED)))
+    assert text.startswith("Rewind study, proxy family linear: 20 seeds")
     assert text.count("| pooled | stop |") == 4 and text.count("| pooled | rewind-kl |") == 4
     assert "End of budget: final" in text and "End of budget: best by watched eval" in text
     command = [sys.executable, "-m", "evalstop.cli", "rewind"]
@@ -175,6 +176,10 @@ def test_batches_are_summarised_apart_and_pooled(tmp_path: Path) -> None:
     command = [sys.executable, "-m", "evalstop.cli", "rewind", *(a for p in paths for a in ("--runs", p))]
     out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     assert out.count("| seed 1 | rewind-lr |") == 4 and out.count("| pooled | rewind-lr |") == 4
+    write_runs([{**halves[1], "base": {**runs["base"], "proxy": "learned"}}], paths[1])  # another family
+    out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    assert "proxy family linear: 10 seeds per arm (study seed 0: 10)" in out
+    assert "proxy family learned: 10 seeds per arm (study seed 1: 10)" in out
     write_runs([{**halves[1], "corrections": {"rewind-kl": "kl_coef=0.5"}}], paths[1])
     bad = subprocess.run(command, capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "ran another design" in bad.stderr

@@ -22,10 +22,9 @@ from typing import Any
 from .._argtypes import int_in_range
 from ..workloads import PRESETS
 from ..workloads.trl_runs import PROXIES
-from .rewind_delivery import DEFAULT_END_RULE
 from .rewind_platform import COMPARED, PostRewind, calibrate, platform_study
-from .rewind_study import SHIPPED, analyse_rules
-from .rewind_table import format_tables
+from .rewind_study import SHIPPED, analyse_families, headline
+from .rewind_table import format_families
 
 DEFAULT_CACHE = Path("results") / "rewind-grpo"
 
@@ -84,19 +83,19 @@ def run(args: argparse.Namespace) -> int:
                       f"{getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
                 return 2
     try:
-        results = analyse_rules(batches)
+        families = analyse_families(batches)
     except ValueError as exc:  # batches of different designs
         print(f"evalstop rewind: --runs: {exc}", file=sys.stderr)
         return 2
-    result = results[DEFAULT_END_RULE]
-    out: dict[str, Any] = {"end_rules": results}
+    result = headline(families)
+    out: dict[str, Any] = {"families": families}
     if args.platform > 0:
         out["platform"] = platform(result, args.platform)
     if args.plot is not None:
         from .rewind_figure import plot
 
         plot(result, args.plot)
-    text = format_tables(results)
+    text = format_families(families)
     if "platform" in out:
         text += "\n\n" + format_platform(out["platform"])
     print(json.dumps(out, indent=1) if args.json else text)

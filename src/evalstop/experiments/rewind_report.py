@@ -8,9 +8,8 @@ import html
 from pathlib import Path
 
 from .rewind_cmd import read_runs
-from .rewind_delivery import DEFAULT_END_RULE
-from .rewind_study import SHIPPED, analyse_rules
-from .rewind_table import format_tables
+from .rewind_study import SHIPPED, analyse_families, headline
+from .rewind_table import format_families
 
 TITLE = "Beyond the paper: rewind instead of stop (real TRL GRPO training)"
 
@@ -20,14 +19,14 @@ def rewind_section(figures_dir: Path | None) -> tuple[list[str], str, Path | Non
     if not SHIPPED.is_file():
         return [], "", None
     batches = read_runs(SHIPPED)
-    results = analyse_rules(batches)
-    result = results[DEFAULT_END_RULE]
+    families = analyse_families(batches)
+    result = headline(families)
     figure = None
     if figures_dir is not None:
         from .rewind_figure import plot
 
         figure = plot(result, figures_dir / "rewind.png")
-    table = format_tables(results)
+    table = format_families(families)
     runs = '; '.join(str(c) for c in result['command'])
     source = f"evalstop rewind (docs/rewind.md; the runs: {runs})"
     lines = ["", f"## {TITLE}", "", source, ""]

@@ -116,6 +116,25 @@ def analyse_rules(batches: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]
     return {rule: analyse(batches, rule) for rule in END_RULES}
 
 
+def family(batch: dict[str, Any]) -> str:
+    """A batch's proxy family (``TrlConfig.proxy``; the shipped batch predates the field: linear)."""
+    return str(batch["base"].get("proxy", "linear"))
+
+
+def analyse_families(batches: Sequence[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """``analyse_rules`` per proxy family: {family: {end rule: result}}."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for batch in batches:
+        groups.setdefault(family(batch), []).append(batch)
+    return {name: analyse_rules(group) for name, group in groups.items()}
+
+
+def headline(families: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    """The result the figure and the platform model use: the linear family (else the first one)
+    under the headline end-of-run rule."""
+    return families.get("linear", next(iter(families.values())))[DEFAULT_END_RULE]
+
+
 def _summaries(rows: list[dict[str, Any]], names: list[str], cpu_per_step: float) -> dict[str, Any]:
     stops = [r["stop"] for r in rows]
     return {name: _summary([r[name] for r in rows], stops, cpu_per_step) for name in names}

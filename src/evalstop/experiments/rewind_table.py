@@ -12,12 +12,18 @@ END_RULE_TEXT = {
 }
 
 
-def format_tables(results: dict[str, dict[str, Any]]) -> str:
+def format_families(families: dict[str, dict[str, dict[str, Any]]]) -> str:
+    """Every proxy family's tables."""
+    return "\n\n".join(format_tables(results, name) for name, results in families.items())
+
+
+def format_tables(results: dict[str, dict[str, Any]], family: str = "linear") -> str:
     """Every end-of-run rule's tables, after one header line."""
     first = next(iter(results.values()))
     batches = ", ".join(f"study seed {b}: {g['n_seeds']}" for b, g in first["batches"].items())
     lines = [
-        f"Rewind study: {first['n_seeds']} seeds per arm ({batches}), tiny TRL GRPO on CPU, rule "
+        f"Rewind study, proxy family {family}: {first['n_seeds']} seeds per arm ({batches}), tiny TRL "
+        f"GRPO on CPU, rule "
         f"{first['detector']}, {first['cpu_s_per_step']:.3f} CPU-s per step (stands in for GPU-s). "
         "Every arm: a stop delivers its best checkpoint by the watched eval.",
     ]
