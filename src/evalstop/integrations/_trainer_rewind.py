@@ -93,6 +93,10 @@ def _check_reference(trainer: Any) -> None:
     if _is_peft(trainer):
         raise RewindRefused(f"EvalStopCallback cannot apply ref=best: {name} trains a PEFT model, whose "
                             f"reference is the base model with the adapters off. Correct kl_coef or lr.")
+    if getattr(getattr(trainer, "args", None), "precompute_ref_log_probs", False):
+        raise RewindRefused(f"EvalStopCallback cannot apply ref=best: {name} precomputed the reference "
+                            f"model's log-probabilities (precompute_ref_log_probs=True), so a new reference "
+                            f"would not be used. Train without it, or correct kl_coef or lr.")
     if getattr(trainer, "ref_model", None) is None:
         built = f" was built with beta={trainer.beta}, so it" if getattr(trainer, "beta", None) == 0.0 else ""
         raise RewindRefused(f"EvalStopCallback cannot apply ref=best: {name}{built} has no reference model "
