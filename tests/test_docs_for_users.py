@@ -1,8 +1,7 @@
 """The user docs read as docs for users: no work-log words (issue numbers, "pass N"), and no
 machine-load or clock-time figures; measurement logs live in bench/results/ as dated journals.
 
-README.md is left out while it still has such text (the lead edits it); the check on the
-README file itself is marked xfail so that it reports when README becomes clean."""
+README.md is held to the same rule."""
 
 from __future__ import annotations
 
@@ -63,8 +62,6 @@ def test_docs_have_no_work_log() -> None:
     assert not found, "work-log text in docs/ (move it to bench/results/):\n" + "\n".join(found)
 
 
-@pytest.mark.xfail(reason="README.md still has machine-load and UTC-minute figures (the lead edits it)",
-                   strict=True)
 def test_readme_has_no_work_log() -> None:
     found = work_log_lines(ROOT / "README.md")
     assert not found, "\n".join(found)
