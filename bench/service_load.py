@@ -76,6 +76,11 @@ from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import urlparse
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import phase_split
+
+from evalstop.service.phases import ENV as phases_env
+
 try:  # uvicorn[standard] installs uvloop; the lean client's loop is lighter with it
     import uvloop
 except ImportError:  # pragma: no cover
@@ -260,14 +265,14 @@ class RawConn:
         self.writer: asyncio.StreamWriter | None = None
         self.used = 0.0
 
-    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+    async def post(self, path: str, body: bytes, extra: bytes = b"") -> tuple[int, bytes]:
         if self.writer is not None and time.monotonic() - self.used > IDLE_S:
             self.close()  # the server closes a connection idle for 5 s (uvicorn's keep-alive)
             self.writer = None
         if self.writer is None or self.reader is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
         self.used = time.monotonic()
-        self.writer.write(b"POST " + path.encode() + b" HTTP/1.1\r\n" + self.head
+        self.writer.write(b"POST " + path.encode() + b" HTTP/1.1\r\n" + extra + self.head
                           + str(len(body)).encode() + b"\r\n\r\n" + body)
         head = (await self.reader.readuntil(b"\r\n\r\n")).split(b"\r\n")
         status, length = int(head[0].split(b" ", 2)[1]), None
@@ -288,12 +293,13 @@ class RawConn:
 
 def paced_raw(
     bases: list[str], token: str, jobs: list[str], rate: float, seconds: float, threads: int,
-    server_pids: Sequence[int] = (), db_pid: int | None = None,
+    server_pids: Sequence[int] = (), db_pid: int | None = None, due_header: bool = False,
 ) -> dict[str, Any]:
     """:func:`paced` with the lean client: the same schedule (request ``i`` due at ``t0 + i /
     rate``, sent by sender ``i % threads`` on its own connection, to one of its own jobs), the
     same latency (scheduled send to the whole reply) and the same check of every reply, from
-    ``threads`` tasks on one event loop (uvloop if installed) instead of threads."""
+    ``threads`` tasks on one event loop (uvloop if installed) instead of threads. With
+    ``due_header`` each request names its scheduled time (for the servers' phase logs)."""
     n = int(rate * seconds)
     latencies: list[float] = [0.0] * n
 
@@ -307,7 +313,9 @@ def paced_raw(
                     await asyncio.sleep(wait)
                 job, step = mine[(i // threads) % len(mine)], 10**7 + i
                 body = json.dumps({"step": step, "value": rising(step)}).encode()
-                status, payload = await c.post(f"/v1/jobs/{job}/scores", body)
+                extra = (b"X-Evalstop-Due-Ns: %d\r\nX-Evalstop-Sent-Ns: %d\r\n"
+                         % (int(due * 1e9), time.monotonic_ns()) if due_header else b"")
+                status, payload = await c.post(f"/v1/jobs/{job}/scores", body, extra)
                 reply = json.loads(payload)
                 assert status == 200 and reply["decision"] == "continue", reply
                 latencies[i] = time.monotonic() - due
@@ -674,8 +682,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="the paced and fair phases' client: raw HTTP/1.1 over asyncio streams, one task per "
                    "sender (default), or a thread per sender with http.client (the client before issue 21's "
                    "third pass)")
+    p.add_argument("--phase-log", action="store_true",
+                   help="paced phase: the servers log the phases of their slowest 1 %% of requests and "
+                   "their GC pauses (EVALSTOP_PHASES_OUT); the split is added to the figures (--client raw)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
+    if args.phase_log and (args.client != "raw" or args.url):
+        p.error("--phase-log needs --client raw and servers this script starts (no --url)")
     default = "batched,paced,fair" if args.replicas > 1 else "batched,paced,history,contention"
     phases = set((args.phases or default).split(","))
     with tempfile.TemporaryDirectory(prefix="evalstop-bench-") as tmp:
@@ -688,6 +701,10 @@ def main(argv: list[str] | None = None) -> int:
             extra_env["EVALSTOP_FAST_PATH"] = "false"
         if args.db_threads is not None:
             extra_env["EVALSTOP_DB_THREADS"] = str(args.db_threads)
+        phase_out = Path(tmp) / "phases"
+        if args.phase_log:
+            extra_env[phases_env] = str(phase_out)
+        split = None
         try:
             if args.url:
                 bases = [args.url]
@@ -722,8 +739,12 @@ def main(argv: list[str] | None = None) -> int:
                 # state is measured (a new tenant's first requests, which take the slow path at
                 # once, are in the warm-up's own figures)
                 token, fresh = make_jobs(bases[0], args.admin_token, args.jobs, token=warmed)
+                logged: dict[str, Any] = {}
+                if args.phase_log:
+                    phase_split.reset(pids)  # the warm-up is not counted
+                    logged["due_header"] = True
                 result["paced"] = PACED[args.client](bases, token, fresh, args.rate, args.seconds,
-                                                     args.paced_threads, pids, db_pid)
+                                                     args.paced_threads, pids, db_pid, **logged)
             if "fair" in phases:
                 result["fair"] = fair(bases, args.admin_token, args)
             if "history" in phases:
@@ -745,7 +766,11 @@ def main(argv: list[str] | None = None) -> int:
                 proc.wait(10)
             if stop_pg is not None:
                 stop_pg()
+            if args.phase_log:  # each server wrote its log as it shut down
+                split = phase_split.split(phase_out, [proc.pid for proc in procs])
     result["db_threads"] = args.db_threads
+    if split is not None and "paced" in result:
+        result["paced"]["phase_split"] = split
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -766,6 +791,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  CPU per request: server {q['server_cpu_ms_per_request']} ms (in the kernel "
                   f"{q['server_kernel_ms_per_request']} ms), client {q['client_cpu_ms_per_request']} ms "
                   f"({args.client} client), database {q['database_cpu_ms_per_request']} ms")
+            if "phase_split" in q:
+                print(f"  tail: {phase_split.line(q['phase_split'])}")
         if "idle" in result:
             i = result["idle"]
             print(f"idle for {i['seconds']} s: CPU ms/s of each server {i['server_cpu_ms_per_s']}, of the "

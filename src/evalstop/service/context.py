@@ -7,7 +7,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from . import tokens
+from . import phases, tokens
 from .domain import hash_token, tenant_policy
 from .fairness import Limits as FairLimits
 from .fairness import SharedTokenBuckets, TokenBuckets, effective
@@ -63,6 +63,10 @@ class TokenCache:
     def get(self, token: str) -> str | None:
         found = self._by_hash.get(hash_token(token))
         return found[0] if found is not None and time.monotonic() < found[1] else None
+
+    def miss_kind(self, token: str) -> str:
+        """Why :meth:`get` missed: ``"expired"`` (it was cached) or ``"first"`` (phase log)."""
+        return "expired" if hash_token(token) in self._by_hash else "first"
 
     def load(self, store: Store, token: str) -> str | None:
         """The tenant of ``token`` as the database says now (cached), or None."""
@@ -124,6 +128,7 @@ class PolicyCache:
         return found[0] if found is not None and time.monotonic() - found[1] < self.ttl_s else None
 
     def load(self, tenant: str) -> Policy:
+        phases.note("policy", "expired" if tenant in self._items else "first")
         began = time.monotonic()
         scope, quota = tenant_policy(self.store, tenant)
         policy = Policy(parse_scope(scope, stored=True), effective(quota, self.defaults))

@@ -24,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from . import phases
 from .context import ServiceContext
 from .errors import DomainError
 from .routes import Principal, ingest_reply, known_principal
@@ -52,6 +53,14 @@ class ScoresFastPath:
             await self.app(scope, receive, send)
             return
         headers = dict(scope["headers"])
+        trace = phases.begin(headers)  # None unless the benchmark's phase log is on
+        try:
+            await self._answer(match.group(1), headers, scope, receive, send)
+        finally:
+            phases.end(trace)
+
+    async def _answer(self, job_id: str, headers: dict[bytes, bytes], scope: Scope, receive: Receive,
+                      send: Send) -> None:
         who = self._caller(headers.get(b"authorization", b""))
         message = await receive()
         parsed = None
@@ -68,11 +77,12 @@ class ScoresFastPath:
             # A big batch is parsed off the event loop: the loop keeps answering other requests
             # (a 1,000-score body takes 3-8 ms to parse; a single score about 20 us).
             parsed = await asyncio.to_thread(self._parse, body) if len(body) > BIG_BODY else self._parse(body)
+        phases.mark("loop")
         if parsed is None or who is None:  # not the ordinary case: FastAPI answers, from the same messages
             await self.app(scope, replay(message, receive), send)
             return
         try:
-            response = await ingest_reply(self.ctx, match.group(1), who, parsed)
+            response = await ingest_reply(self.ctx, job_id, who, parsed)
         except DomainError as exc:
             response = await self.domain_error(Request(scope, receive), exc)
         except DatabaseUnavailable as exc:
@@ -88,7 +98,10 @@ class ScoresFastPath:
         scheme, _, token = authorization.decode("latin-1").partition(" ")
         if scheme.lower() != "bearer" or not token:
             return None
-        return known_principal(self.ctx, token)
+        who = known_principal(self.ctx, token)
+        if who is None and phases.RECORDER is not None:
+            phases.note("token", self.ctx.tokens.miss_kind(token))
+        return who
 
     def _parse(self, body: bytes) -> ScoreIn | ScoreBatch | None:
         try:

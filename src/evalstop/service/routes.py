@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
-from . import controls, domain, reports, tokens
+from . import controls, domain, phases, reports, tokens
 from .context import ServiceContext
 from .errors import Forbidden, InvalidInput
 from .limits import charge_rule_work
@@ -223,6 +223,7 @@ async def ingest_reply(
     started = time.perf_counter()
     result = await domain.ingest_scores_async(ctx.store, job_id, who.tenant, items)
     ctx.metrics.ingest_latency.observe(time.perf_counter() - started)
+    phases.note("rule_ms", round(1000 * result.rule_cpu_s, 3))  # the benchmark's phase log, if on
     ctx.metrics.scores_ingested.inc(result.accepted)
     if result.decided_now:
         ctx.metrics.decisions.labels(source="detector", shadow=str(result.shadow_stop).lower()).inc()
