@@ -12,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .. import _gc
 from . import console, phases
 from .context import ServiceContext
 from .errors import DomainError
@@ -44,6 +45,7 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
             ctx.worker.start()
         if pull is not None:
             pull.start()
+        _gc.freeze_long_lived()  # after start-up: what it made lives until shutdown
         try:
             yield
         finally:
@@ -57,6 +59,7 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
             ctx.adapters.close()
             ctx.store.dispose()
             phases.uninstall()
+            _gc.thaw()
 
     app = EvalStopAPI(title="EvalStop", version="1", lifespan=lifespan,
                       description="Stop reward-hacked jobs: push eval scores, get decisions, stops enforced.")
