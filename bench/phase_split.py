@@ -56,7 +56,7 @@ def split(out: Path, pids: Sequence[int], fraction: float = 0.01) -> dict[str, A
     sums: Counter[str] = Counter()
     for r in reports:
         sums.update(r.get("phase_ms_sum", {}))
-    rules = [row["rule_ms"] for row in rows if "rule_ms" in row]
+    parts = sorted({k for row in rows for k in row if k.endswith("_ms") and k not in ("total_ms", "gc_ms")})
     return {
         "requests": requests, "slowest": len(rows),
         "total_ms_median": round(statistics.median(row["total_ms"] for row in rows), 2),
@@ -64,7 +64,10 @@ def split(out: Path, pids: Sequence[int], fraction: float = 0.01) -> dict[str, A
                             for n in names},
         # every request's mean per phase (the slowest are a different population)
         "phase_ms_mean_all": {n: round(sums[n] / max(1, requests), 3) for n in ORDER if n in sums},
-        "rule_ms_median": round(statistics.median(rules), 3) if rules else None,
+        # parts of phases the slowest noted (rule, token, policy, lease): median where noted
+        "parts_ms_median": {k: round(statistics.median(row[k] for row in rows if k in row), 3)
+                            for k in parts},
+        "group_median": statistics.median(row.get("group", 1) for row in rows),
         "dominant": dict(dominant), "hits": dict(hits), "gc": gc,
     }
 
@@ -77,4 +80,5 @@ def line(s: dict[str, Any] | None) -> str:
     gc = ", ".join(f"gen{g} {v['passes']}x max {v['max_ms']}" for g, v in s["gc"].items())
     means = " ".join(f"{k} {v}" for k, v in s["phase_ms_mean_all"].items())
     return (f"slowest {s['slowest']} of {s['requests']}: median {s['total_ms_median']} ms = {phases}; "
-            f"dominant {s['dominant']}; hits {s['hits']}; gc {gc}; mean of all: {means}")
+            f"dominant {s['dominant']}; hits {s['hits']}; parts {s['parts_ms_median']}; gc {gc}; "
+            f"mean of all: {means}")

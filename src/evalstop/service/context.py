@@ -95,9 +95,11 @@ class TokenCache:
         """The tenant of ``token`` as the database says now (cached), or None. A caller that
         joined another's read takes its answer unless the tenant changed since that read began
         (a revocation heard meanwhile): then it reads again itself."""
+        began = time.monotonic_ns()
         (found, checked_at), shared = self._flight.do(hash_token(token), partial(self._read, store, token))
         if shared and found is not None and self._changes.since(found[0], checked_at):
             found, _ = self._read(store, token)
+        phases.since("token", began)
         return None if found is None else found[0]
 
     def _read(self, store: Store, token: str) -> tuple[tuple[str, float | None] | None, float]:
@@ -174,9 +176,11 @@ class PolicyCache:
         """The tenant's policy as the database says now (cached); a shared read is taken as
         :meth:`TokenCache.load` takes one."""
         phases.note("policy", "expired" if tenant in self._items else "first")
+        began_ns = time.monotonic_ns()
         (policy, began), shared = self._flight.do(tenant, partial(self._read, tenant))
         if shared and self._changes.since(tenant, began):
             policy, _ = self._read(tenant)
+        phases.since("policy", began_ns)
         return policy
 
     def _read(self, tenant: str) -> tuple[Policy, float]:

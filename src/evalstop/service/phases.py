@@ -237,3 +237,11 @@ def note(name: str, value: Any) -> None:
     trace = current()
     if trace is not None:
         trace.notes[name] = value
+
+
+def since(name: str, began_ns: int) -> None:
+    """Note the milliseconds since ``began_ns`` (``time.monotonic_ns()``) as ``<name>_ms``: a
+    part of a phase (a lookup inside ``admit``)."""
+    trace = current()
+    if trace is not None:
+        trace.notes[f"{name}_ms"] = round((time.monotonic_ns() - began_ns) / 1e6, 3)

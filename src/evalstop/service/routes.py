@@ -71,6 +71,9 @@ Ctx = Annotated[ServiceContext, Depends(get_ctx)]
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 
 
+UNAUTHORIZED = "Missing or invalid API token: send 'Authorization: Bearer <token>'."
+
+
 def known_principal(ctx: ServiceContext, token: str) -> Principal | None:
     """The caller of ``token`` if it is the admin token or a tenant token this replica checked
     within ``token_cache_s``, else None (look the token up in the database then). No database
@@ -83,8 +86,7 @@ def known_principal(ctx: ServiceContext, token: str) -> Principal | None:
 
 
 async def get_principal(ctx: Ctx, creds: Credentials) -> Principal:
-    unauthorized = HTTPException(401, "Missing or invalid API token: send 'Authorization: Bearer <token>'.",
-                                 headers={"WWW-Authenticate": "Bearer"})
+    unauthorized = HTTPException(401, UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})
     if creds is None or not creds.credentials:
         raise unauthorized
     known = known_principal(ctx, creds.credentials)
