@@ -30,25 +30,21 @@ class SlowReads:
     is set (the read itself is done first: what it saw is what the database said then)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.token_reads = self.policy_reads = 0
         self.release = threading.Event()
         self.lock = threading.Lock()
+        self.reads = {"token": 0, "policy": 0}
         owner, policy = tokens.owner, context.tenant_policy
 
-        def counted_owner(store: Store, token: str) -> Any:
-            with self.lock:
-                self.token_reads += 1
-            found = owner(store, token)
-            self.release.wait(10)
-            return found
+        def held(kind: str, read: Any) -> Any:
+            def counted(store: Store, key: str) -> Any:
+                with self.lock:
+                    self.reads[kind] += 1
+                found = read(store, key)
+                self.release.wait(10)
+                return found
+            return counted
 
-        def counted_policy(store: Store, tenant: str) -> Any:
-            with self.lock:
-                self.policy_reads += 1
-            found = policy(store, tenant)
-            self.release.wait(10)
-            return found
-
+        counted_owner, counted_policy = held("token", owner), held("policy", policy)
         monkeypatch.setattr(tokens, "owner", counted_owner)
         monkeypatch.setattr(context, "tenant_policy", counted_policy)
 
@@ -74,7 +70,7 @@ def test_eight_concurrent_first_lookups_of_a_token_read_the_database_once(
     timer = threading.Timer(0.3, reads.release.set)  # all 8 are waiting by then
     timer.start()
     assert _concurrently(8, lambda: cache.load(app_api.ctx.store, token)) == ["alice"] * 8
-    assert reads.token_reads == 1
+    assert reads.reads["token"] == 1
     assert cache.get(token) == "alice"
 
 
@@ -86,7 +82,7 @@ def test_eight_concurrent_first_policy_reads_of_a_tenant_read_the_database_once(
     reads = SlowReads(monkeypatch)
     threading.Timer(0.3, reads.release.set).start()
     got = _concurrently(8, lambda: policies.load("alice"))
-    assert reads.policy_reads == 1 and {p.limits.burst for p in got} == {9}
+    assert reads.reads["policy"] == 1 and {p.limits.burst for p in got} == {9}
 
 
 def test_a_caller_that_joins_a_read_begun_before_a_revocation_reads_again(
@@ -98,7 +94,7 @@ def test_a_caller_that_joins_a_read_begun_before_a_revocation_reads_again(
     reads = SlowReads(monkeypatch)
     with ThreadPoolExecutor(2) as pool:
         first = pool.submit(cache.load, store, token)
-        wait_for(lambda: reads.token_reads == 1, 10, "the first read to start")
+        wait_for(lambda: reads.reads["token"] == 1, 10, "the first read to start")
         tokens.revoke(store, "alice", tokens.Actor(None), reason="test")  # committed meanwhile ...
         cache.forget_tenant("alice")  # ... and heard (as the watch or the route does)
         second = pool.submit(cache.load, store, token)  # joins the read begun before the change
@@ -106,7 +102,7 @@ def test_a_caller_that_joins_a_read_begun_before_a_revocation_reads_again(
         reads.release.set()
         assert first.result(10) == "alice"  # raced the revocation, as any read in flight may
         assert second.result(10) is None  # but a caller that came after it is refused
-    assert reads.token_reads == 2 and cache.get(token) is None
+    assert reads.reads["token"] == 2 and cache.get(token) is None
 
 
 def test_a_token_in_use_near_its_expiry_is_read_again_ahead_of_it(app_api: Api) -> None:
