@@ -163,8 +163,9 @@ class Recorder:
     def report(self) -> dict[str, Any]:
         rows = []
         for total, trace in self.log.slowest():
-            end = trace.stamps[-1][1]
-            gc_ms, full = self.gc.overlap(trace.start(), end)
+            # pauses while the server held the request (its time in the client or the kernel
+            # queue is not the server's: a request seconds behind would overlap every pause)
+            gc_ms, full = self.gc.overlap(trace.stamps[0][1], trace.stamps[-1][1])
             rows.append({"total_ms": round(total, 3),
                          "phases": {k: round(v, 3) for k, v in trace.phases_ms().items()},
                          "gc_ms": round(gc_ms, 3), "gc_full": full, **trace.notes})
