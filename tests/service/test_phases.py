@@ -109,3 +109,14 @@ def test_without_the_setting_nothing_is_recorded(sqlite_url: str, monkeypatch: p
         api = Api(client)
         token = api.tenant("t")
         assert api.post(token, api.job(token)["id"], {"step": 1, "value": 0.5}).status_code == 200
+
+
+def test_a_pause_counts_against_a_request_only_while_the_server_held_it(tmp_path: Path) -> None:
+    recorder = phases.Recorder(tmp_path)
+    trace = phases.Trace(due=0)
+    trace.stamps = [("entry", 5_000_000), ("reply", 9_000_000)]
+    recorder.add(trace)
+    recorder.gc.windows.extend([(2, 1_000_000, 3_000_000), (0, 6_000_000, 7_500_000)])  # queued, then held
+    (row,) = recorder.report()["slowest"]
+    assert (row["gc_ms"], row["gc_full"]) == (1.5, 0)
+    assert recorder.report()["phase_ms_sum"] == {"queue": 5.0, "reply": 4.0}
