@@ -10,7 +10,7 @@ the time it did (``x-evalstop-sent-ns``): the first phases are then its own lag 
 and the wait before the app saw the request (``queue``: the kernel, the event loop's backlog,
 uvicorn's accept and HTTP parsing). ``SIGUSR1`` empties the log and the pause counts (the
 benchmark sends it after its warm-up). Every stamp is a clock read and a list append; with
-the log off, one global read.
+the log off, each stamping point is one read of a global.
 """
 
 from __future__ import annotations
