@@ -30,16 +30,21 @@ import asyncio
 import json
 import os
 import queue
+import signal
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import phase_split
 from service_load import paced_raw, start_postgres
+
+from evalstop.service import phases
 
 JOBS = 24
 #: The floor's transaction: lock the job row and read its state, then insert and write the state
@@ -76,7 +81,9 @@ def make_app(dsn: str, threads: int, on_loop: bool = False) -> Any:
         finally:
             apool.put_nowait(conn)
 
-    def store(job: str, step: int, value: float) -> None:
+    def store(job: str, step: int, value: float, trace: phases.Trace | None = None) -> None:
+        if trace is not None:
+            trace.mark("hand_off")
         conn = pool.get()
         try:
             with psycopg.ClientCursor(conn) as cur:
@@ -87,10 +94,13 @@ def make_app(dsn: str, threads: int, on_loop: bool = False) -> Any:
                 cur.execute(cur.mogrify(WRITE, [job, step, value, state, job]))
         finally:
             pool.put(conn)
+            if trace is not None:
+                trace.mark("database")
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
+        trace = phases.begin(dict(scope["headers"])) if scope["method"] == "POST" else None
         body = b""
         while True:
             message = await receive()
@@ -101,14 +111,17 @@ def make_app(dsn: str, threads: int, on_loop: bool = False) -> Any:
             out = b"{}"
         else:
             job, score = scope["path"].split("/")[3], json.loads(body)
+            phases.mark("loop")
             if on_loop:
                 await store_on_loop(job, int(score["step"]), float(score["value"]))
             else:
-                await asyncio.to_thread(store, job, int(score["step"]), float(score["value"]))
+                await asyncio.to_thread(store, job, int(score["step"]), float(score["value"]), trace)
+            phases.mark("hand_back")
             out = json.dumps({"decision": "continue", "accepted": 1}).encode()
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(out)).encode())]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": out})
+        phases.end(trace)
 
     return app
 
@@ -116,16 +129,23 @@ def make_app(dsn: str, threads: int, on_loop: bool = False) -> Any:
 def serve(dsn: str, port: int, threads: int, on_loop: bool) -> None:
     import uvicorn
 
+    phases.install()  # with EVALSTOP_PHASES_OUT set (--phase-log): the same log as the service's
+    # uvicorn raises SIGTERM again once drained, with the handler it found: a no-op, so the log is written
+    signal.signal(signal.SIGTERM, lambda *_: None)
     uvicorn.run(make_app(dsn, threads, on_loop), host="127.0.0.1", port=port, log_level="warning",
                 access_log=False)
+    phases.uninstall()
 
 
-def start_replica(dsn: str, threads: int, on_loop: bool) -> tuple[subprocess.Popen[bytes], str]:
+def start_replica(
+    dsn: str, threads: int, on_loop: bool, phase_out: Path | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    env = {**os.environ, **({phases.ENV: str(phase_out)} if phase_out is not None else {})}
     proc = subprocess.Popen([sys.executable, __file__, "--serve", dsn, "--port", str(port),
-                             "--threads", str(threads), *(["--on-loop"] if on_loop else [])])
+                             "--threads", str(threads), *(["--on-loop"] if on_loop else [])], env=env)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
@@ -143,6 +163,10 @@ def floor_run(args: argparse.Namespace) -> dict[str, Any]:
     url, stop_pg, db_pid = start_postgres()
     dsn = url.replace("postgresql+psycopg", "postgresql")
     procs: list[subprocess.Popen[bytes]] = []
+    logs = tempfile.TemporaryDirectory(prefix="evalstop-floor-phases-") if args.phase_log else None
+    phase_out = Path(logs.name) if logs is not None else None
+    result: dict[str, Any] = {"replicas": args.replicas, "threads": args.threads, "on_loop": args.on_loop,
+                              "cpus": os.cpu_count()}
     try:
         import psycopg
 
@@ -154,24 +178,29 @@ def floor_run(args: argparse.Namespace) -> dict[str, Any]:
                 conn.execute("INSERT INTO jobs VALUES (%s, '{}')", (f"job{j}",))
         bases = []
         for _ in range(args.replicas):
-            proc, base = start_replica(dsn, args.threads, args.on_loop)
+            proc, base = start_replica(dsn, args.threads, args.on_loop, phase_out)
             procs.append(proc)
             bases.append(base)
         jobs = [f"job{j}" for j in range(2 * JOBS)]
-        result: dict[str, Any] = {"replicas": args.replicas, "threads": args.threads, "on_loop": args.on_loop,
-                                  "cpus": os.cpu_count(), "load_avg_before": os.getloadavg()}
+        result["load_avg_before"] = os.getloadavg()
         if args.warm_up > 0:  # other jobs, so the measured phase's steps are new
             result["paced_warm_up"] = paced_raw(bases, "-", jobs[JOBS:], args.rate, args.warm_up,
                                                 args.paced_threads)
+        if phase_out is not None:
+            phase_split.reset([proc.pid for proc in procs])
         result["paced"] = paced_raw(bases, "-", jobs[:JOBS], args.rate, args.seconds, args.paced_threads,
-                                    [proc.pid for proc in procs], db_pid)
+                                    [proc.pid for proc in procs], db_pid, due_header=phase_out is not None)
         result["load_avg_after"] = os.getloadavg()
-        return result
     finally:
         for proc in procs:
             proc.terminate()
             proc.wait(10)
         stop_pg()
+        if logs is not None and phase_out is not None:  # each replica wrote its log as it stopped
+            split = phase_split.split(phase_out, [proc.pid for proc in procs])
+            result.setdefault("paced", {})["phase_split"] = split
+            logs.cleanup()
+    return result
 
 
 def service_run(args: argparse.Namespace) -> dict[str, Any]:
@@ -180,7 +209,7 @@ def service_run(args: argparse.Namespace) -> dict[str, Any]:
     cmd = [sys.executable, str(Path(__file__).resolve().parent / "service_load.py"), "--db", "postgresql",
            "--replicas", str(args.replicas), "--phases", "paced", "--rate", str(args.rate),
            "--seconds", str(args.seconds), "--warm-up", str(args.warm_up),
-           "--paced-threads", str(args.paced_threads), "--json",
+           "--paced-threads", str(args.paced_threads), "--json", *(["--phase-log"] if args.phase_log else []),
            *(["--db-threads", str(args.db_threads)] if args.db_threads else [])]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
@@ -195,15 +224,24 @@ def pairs(args: argparse.Namespace) -> dict[str, Any]:
     rows = []
     for _ in range(args.pairs):
         floor, service = floor_run(args)["paced"], service_run(args)["paced"]
-        rows.append({"floor": floor, "service": service})
-    keys = ("achieved_rate", "p50_ms", "p99_ms", "server_cpu_ms_per_request", "database_cpu_ms_per_request")
+        rows.append({"floor": floor, "service": service,
+                     "when": time.strftime("%H:%M:%S", time.gmtime()), "load_avg": os.getloadavg()[0]})
+    keys = ("achieved_rate", "p50_ms", "p99_ms", "server_cpu_ms_per_request", "database_cpu_ms_per_request",
+            "phase_split")
+
+    ratios = [row["service"]["p99_ms"] / row["floor"]["p99_ms"] for row in rows]
 
     def met(q: dict[str, Any]) -> bool:
         return bool(q["achieved_rate"] >= 0.99 * args.rate and q["p99_ms"] <= args.target_ms)
 
     return {
         "rate": args.rate, "target_p99_ms": args.target_ms, "replicas": args.replicas,
-        "pairs": [{side: {k: row[side][k] for k in keys} for side in ("floor", "service")} for row in rows],
+        "pairs": [{"ended": row["when"], "load_avg": row["load_avg"],
+                   **{side: {k: row[side][k] for k in keys if k in row[side]}
+                      for side in ("floor", "service")}}
+                  for row in rows],
+        # the service's p99 over the floor's in the same pair: the median and the worst
+        "p99_ratio": {"median": round(statistics.median(ratios), 2), "max": round(max(ratios), 2)},
         "met": {side: sum(met(row[side]) for row in rows) for side in ("floor", "service")},
         # CPU per score of the service over the floor's, server and database (median of the pairs)
         "cpu_ratio": {part: statistics.median(row["service"][f"{part}_cpu_ms_per_request"]
@@ -226,6 +264,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="N runs of the floor, each followed by the same run of the service, side by side")
     p.add_argument("--target-ms", type=float, default=20.0, help="with --pairs: the p99 target")
     p.add_argument("--db-threads", type=int, help="with --pairs: the service's db_threads (default: its own)")
+    p.add_argument("--phase-log", action="store_true",
+                   help="each server logs the phases of its slowest 1 %% of requests and its GC pauses; "
+                   "the split of the tail is added to the figures")
     p.add_argument("--json", action="store_true")
     p.add_argument("--serve", metavar="DSN", help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, help=argparse.SUPPRESS)
@@ -241,12 +282,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"paced {args.rate:.0f}/s single scores, {args.replicas} replica(s): floor, then service, "
               f"{args.pairs} times (achieved/s, p50 ms, p99 ms, server and database CPU ms per score)")
         for i, row in enumerate(compared["pairs"], 1):
-            print(f"  {i}: " + "   ".join(
+            sides = [(side, row[side]) for side in ("floor", "service")]
+            print(f"  {i} (ended {row['ended']} UTC, load {row['load_avg']:.1f}): " + "   ".join(
                 f"{side} {q['achieved_rate']}/s p50 {q['p50_ms']} p99 {q['p99_ms']} "
                 f"cpu {q['server_cpu_ms_per_request']}+{q['database_cpu_ms_per_request']}"
-                for side, q in row.items()))
+                for side, q in sides))
+            for side, q in sides:
+                if "phase_split" in q:
+                    print(f"     {side} tail: {phase_split.line(q['phase_split'])}")
         print(f"within p99 <= {args.target_ms:g} ms at the whole rate: floor {compared['met']['floor']} of "
               f"{args.pairs}, service {compared['met']['service']} of {args.pairs}")
+        ratio = compared["p99_ratio"]
+        print(f"p99 service / floor: median {ratio['median']}, max {ratio['max']}")
         print(f"CPU per score, service / floor (median): server {compared['cpu_ratio']['server']:.2f}, "
               f"database {compared['cpu_ratio']['database']:.2f}")
         return 0

@@ -52,6 +52,14 @@ this process and points the server's webhook adapter at it (``timeout_s`` 5). A 
 the time from the ``stop_now`` request to the signal reaching that tenant's receiver: first with
 the worker otherwise idle, then while another tenant's receiver answers only after 6 s and that
 tenant has ``--slow-jobs`` stops in delivery. It prints p50/max of both cases (target: <= 1 s).
+
+The **first-burst** phase (``--phases first-burst``) measures a new tenant's first concurrent
+requests: ``--burst-rounds`` times, a new tenant and ``--burst-size`` jobs are made through the
+first server, then one single score to each job, all sent at once on connections opened
+before, to the other servers (with one server, to it: there the token is already known). The
+same senders then send ``--burst-steady`` more such rounds: the steady state at the same
+concurrency. It prints p50/p99/max of the first requests, the steady p50, and the ratio of
+the first requests' p99 to it (target: <= 3).
 """
 
 
@@ -75,6 +83,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import urlparse
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import phase_split
+
+from evalstop.service.phases import ENV as phases_env
 
 try:  # uvicorn[standard] installs uvloop; the lean client's loop is lighter with it
     import uvloop
@@ -260,14 +273,14 @@ class RawConn:
         self.writer: asyncio.StreamWriter | None = None
         self.used = 0.0
 
-    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+    async def post(self, path: str, body: bytes, extra: bytes = b"") -> tuple[int, bytes]:
         if self.writer is not None and time.monotonic() - self.used > IDLE_S:
             self.close()  # the server closes a connection idle for 5 s (uvicorn's keep-alive)
             self.writer = None
         if self.writer is None or self.reader is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
         self.used = time.monotonic()
-        self.writer.write(b"POST " + path.encode() + b" HTTP/1.1\r\n" + self.head
+        self.writer.write(b"POST " + path.encode() + b" HTTP/1.1\r\n" + extra + self.head
                           + str(len(body)).encode() + b"\r\n\r\n" + body)
         head = (await self.reader.readuntil(b"\r\n\r\n")).split(b"\r\n")
         status, length = int(head[0].split(b" ", 2)[1]), None
@@ -288,12 +301,13 @@ class RawConn:
 
 def paced_raw(
     bases: list[str], token: str, jobs: list[str], rate: float, seconds: float, threads: int,
-    server_pids: Sequence[int] = (), db_pid: int | None = None,
+    server_pids: Sequence[int] = (), db_pid: int | None = None, due_header: bool = False,
 ) -> dict[str, Any]:
     """:func:`paced` with the lean client: the same schedule (request ``i`` due at ``t0 + i /
     rate``, sent by sender ``i % threads`` on its own connection, to one of its own jobs), the
     same latency (scheduled send to the whole reply) and the same check of every reply, from
-    ``threads`` tasks on one event loop (uvloop if installed) instead of threads."""
+    ``threads`` tasks on one event loop (uvloop if installed) instead of threads. With
+    ``due_header`` each request names its scheduled time (for the servers' phase logs)."""
     n = int(rate * seconds)
     latencies: list[float] = [0.0] * n
 
@@ -307,7 +321,9 @@ def paced_raw(
                     await asyncio.sleep(wait)
                 job, step = mine[(i // threads) % len(mine)], 10**7 + i
                 body = json.dumps({"step": step, "value": rising(step)}).encode()
-                status, payload = await c.post(f"/v1/jobs/{job}/scores", body)
+                extra = (b"X-Evalstop-Due-Ns: %d\r\nX-Evalstop-Sent-Ns: %d\r\n"
+                         % (int(due * 1e9), time.monotonic_ns()) if due_header else b"")
+                status, payload = await c.post(f"/v1/jobs/{job}/scores", body, extra)
                 reply = json.loads(payload)
                 assert status == 200 and reply["decision"] == "continue", reply
                 latencies[i] = time.monotonic() - due
@@ -361,6 +377,56 @@ def _by_second(latencies: list[float], rate: float) -> list[float]:
         ms = sorted(x * 1000 for x in latencies[k:k + step])
         out.append(round(ms[int(0.99 * (len(ms) - 1))], 1))
     return out
+
+
+def first_burst(bases: list[str], admin: str, rounds: int, size: int, steady: int) -> dict[str, Any]:
+    """See the module docstring: each round a new tenant's first ``size`` requests, at once,
+    then ``steady`` rounds of the same on the now known tenant; latency per request."""
+    targets = bases[1:] or bases  # servers that have not seen the tenant (its jobs are made on bases[0])
+    firsts: list[float] = []
+    warm: list[float] = []
+    for _ in range(rounds):
+        token, jobs = make_jobs(bases[0], admin, size)
+        first, *rest = _bursts(targets, token, jobs, 1 + steady)
+        firsts += first
+        warm += [x for burst in rest for x in burst]
+
+    def ms(xs: list[float], q: float) -> float:
+        xs = sorted(xs)
+        return round(1000 * xs[int(q * (len(xs) - 1))], 2)
+
+    steady_p50 = ms(warm, 0.5) if warm else float("nan")
+    return {"rounds": rounds, "size": size, "servers": len(targets), "first_p50_ms": ms(firsts, 0.5),
+            "first_p99_ms": ms(firsts, 0.99), "first_max_ms": ms(firsts, 1.0), "steady_p50_ms": steady_p50,
+            "steady_p99_ms": ms(warm, 0.99) if warm else float("nan"),
+            "ratio_first_p99_to_steady_p50": round(ms(firsts, 0.99) / steady_p50, 2) if warm else None}
+
+
+def _bursts(targets: list[str], token: str, jobs: list[str], times: int) -> list[list[float]]:
+    """``times`` rounds of one score to each of ``jobs`` at once (steps 1, 2, ...), each job on
+    its own connection (opened first) to one of ``targets``; each round's latencies (s)."""
+
+    async def main() -> list[list[float]]:
+        conns = [RawConn(targets[k % len(targets)], token) for k in range(len(jobs))]
+        for c in conns:
+            c.reader, c.writer = await asyncio.open_connection(c.host, c.port)
+            c.used = time.monotonic()
+
+        async def one(k: int, step: int) -> float:
+            body = json.dumps({"step": step, "value": rising(step)}).encode()
+            t0 = time.monotonic()
+            status, payload = await conns[k].post(f"/v1/jobs/{jobs[k]}/scores", body)
+            assert status == 200, payload
+            return time.monotonic() - t0
+
+        try:
+            return [list(await asyncio.gather(*(one(k, step) for k in range(len(jobs)))))
+                    for step in range(1, times + 1)]
+        finally:
+            for c in conns:
+                c.close()
+
+    return asyncio.run(main()) if uvloop is None else uvloop.run(main())
 
 
 #: The paced phase's clients (``--client``): the lean asyncio one, and the threads of ``http.client``.
@@ -652,7 +718,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--server-pid", type=int, help="with --url: the server's pid, to report its CPU time")
     p.add_argument("--phases", help="comma-separated: batched, paced, history, contention, fair, "
                    "idle (each server's and the database's CPU per second with no requests), "
-                   "slow-neighbour (default: "
+                   "slow-neighbour, first-burst (default: "
                    "batched,paced,history,contention; with --replicas > 1: batched,paced,fair)")
     p.add_argument("--short-history", type=int, default=10)
     p.add_argument("--long-history", type=int, default=5000)
@@ -666,6 +732,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--light-rate", type=float, default=100.0, help="fair phase: light tenant's requests/s")
     p.add_argument("--neighbour-stops", type=int, default=10, help="slow-neighbour phase: stops measured")
     p.add_argument("--slow-jobs", type=int, default=4, help="slow-neighbour phase: the slow tenant's stops")
+    p.add_argument("--burst-rounds", type=int, default=10, help="first-burst phase: new tenants")
+    p.add_argument("--burst-size", type=int, default=8, help="first-burst phase: concurrent first requests")
+    p.add_argument("--burst-steady", type=int, default=10,
+                   help="first-burst phase: rounds of the same on the known tenant (the steady state)")
     p.add_argument("--db-threads", type=int, help="the servers' db_threads (PostgreSQL writer threads per "
                    "replica; default: the service's own default)")
     p.add_argument("--no-fast-path", action="store_true",
@@ -674,10 +744,16 @@ def main(argv: list[str] | None = None) -> int:
                    help="the paced and fair phases' client: raw HTTP/1.1 over asyncio streams, one task per "
                    "sender (default), or a thread per sender with http.client (the client before issue 21's "
                    "third pass)")
+    p.add_argument("--phase-log", action="store_true",
+                   help="paced phase: the servers log the phases of their slowest 1 %% of requests and "
+                   "their GC pauses (EVALSTOP_PHASES_OUT); the split is added to the figures (--client raw)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     default = "batched,paced,fair" if args.replicas > 1 else "batched,paced,history,contention"
     phases = set((args.phases or default).split(","))
+    if args.phase_log and (args.client != "raw" or args.url or not {"paced", "first-burst"} & phases):
+        p.error("--phase-log needs the paced or first-burst phase, --client raw and servers this script "
+                "starts (no --url)")
     with tempfile.TemporaryDirectory(prefix="evalstop-bench-") as tmp:
         procs: list[subprocess.Popen[bytes]] = []
         stop_pg, db_pid = None, None
@@ -688,6 +764,10 @@ def main(argv: list[str] | None = None) -> int:
             extra_env["EVALSTOP_FAST_PATH"] = "false"
         if args.db_threads is not None:
             extra_env["EVALSTOP_DB_THREADS"] = str(args.db_threads)
+        phase_out = Path(tmp) / "phases"
+        if args.phase_log:
+            extra_env[phases_env] = str(phase_out)
+        split = None
         try:
             if args.url:
                 bases = [args.url]
@@ -722,8 +802,15 @@ def main(argv: list[str] | None = None) -> int:
                 # state is measured (a new tenant's first requests, which take the slow path at
                 # once, are in the warm-up's own figures)
                 token, fresh = make_jobs(bases[0], args.admin_token, args.jobs, token=warmed)
+                logged: dict[str, Any] = {}
+                if args.phase_log:
+                    phase_split.reset(pids)  # the warm-up is not counted
+                    logged["due_header"] = True
                 result["paced"] = PACED[args.client](bases, token, fresh, args.rate, args.seconds,
-                                                     args.paced_threads, pids, db_pid)
+                                                     args.paced_threads, pids, db_pid, **logged)
+            if "first-burst" in phases:
+                result["first_burst"] = first_burst(bases, args.admin_token, args.burst_rounds,
+                                                    args.burst_size, args.burst_steady)
             if "fair" in phases:
                 result["fair"] = fair(bases, args.admin_token, args)
             if "history" in phases:
@@ -745,7 +832,11 @@ def main(argv: list[str] | None = None) -> int:
                 proc.wait(10)
             if stop_pg is not None:
                 stop_pg()
+            if args.phase_log:  # each server wrote its log as it shut down
+                split = phase_split.split(phase_out, [proc.pid for proc in procs])
     result["db_threads"] = args.db_threads
+    if split is not None:  # the paced phase's, after its warm-up; else the whole run's
+        result["paced" if "paced" in result else "first_burst"]["phase_split"] = split
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -766,6 +857,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  CPU per request: server {q['server_cpu_ms_per_request']} ms (in the kernel "
                   f"{q['server_kernel_ms_per_request']} ms), client {q['client_cpu_ms_per_request']} ms "
                   f"({args.client} client), database {q['database_cpu_ms_per_request']} ms")
+            if "phase_split" in q:
+                print(f"  tail: {phase_split.line(q['phase_split'])}")
+        if "first_burst" in result:
+            b = result["first_burst"]
+            print(f"a new tenant's first {b['size']} requests at once ({b['rounds']} tenants, to "
+                  f"{b['servers']} server(s) that had not seen it): p50 {b['first_p50_ms']} ms, "
+                  f"p99 {b['first_p99_ms']} ms, max {b['first_max_ms']} ms; steady state at the same "
+                  f"concurrency p50 {b['steady_p50_ms']} ms: "
+                  f"ratio p99 / steady p50 {b['ratio_first_p99_to_steady_p50']}")
         if "idle" in result:
             i = result["idle"]
             print(f"idle for {i['seconds']} s: CPU ms/s of each server {i['server_cpu_ms_per_s']}, of the "

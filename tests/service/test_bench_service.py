@@ -73,10 +73,14 @@ def test_service_floor_bench_reports_the_paced_figures() -> None:
 @pytest.mark.skipif(not list(Path("/usr/lib/postgresql").glob("*/bin/initdb")),
                     reason="PostgreSQL server binaries not found under /usr/lib/postgresql/*/bin")
 def test_service_floor_bench_pairs_the_floor_with_the_service() -> None:
-    out = _floor("--pairs", "1", "--target-ms", "10000")
-    first, pair, met, ratio = out.splitlines()
+    out = _floor("--pairs", "1", "--target-ms", "10000", "--phase-log")
+    first, pair, floor_tail, service_tail, met, p99_ratio, ratio = out.splitlines()
     assert first.startswith("paced 40/s single scores, 1 replica(s): floor, then service, 1 times")
-    assert pair.startswith("  1: floor 4") and "   service 4" in pair
+    assert re.match(r"  1 \(ended \d\d:\d\d:\d\d UTC, load [\d.]+\): floor \d+/s .*   service \d+/s", pair)
+    # the phase split of each side's slowest requests (at least 20 kept: all 40 of a run here)
+    assert floor_tail.startswith("     floor tail: slowest 1 of 40: median") and "database" in floor_tail
+    assert service_tail.startswith("     service tail: slowest 1 of 40: median") and "admit" in service_tail
+    assert re.fullmatch(r"p99 service / floor: median [\d.]+, max [\d.]+", p99_ratio)
     # (whether each kept the whole rate, 99 %, depends on this machine's moment: not asserted)
     assert re.fullmatch(r"within p99 <= 10000 ms at the whole rate: floor [01] of 1, service [01] of 1", met)
     server, database = (float(x.rstrip(",")) for x in ratio.split()[-3::2])
@@ -87,3 +91,18 @@ def _floor(*extra: str) -> str:
     cmd = [sys.executable, str(ROOT / "bench" / "service_floor.py"), "--replicas", "1", "--rate", "40",
            "--seconds", "1", "--warm-up", "0.5", "--paced-threads", "2", "--threads", "2", *extra]
     return subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300).stdout
+
+
+@pytest.mark.skipif(not list(Path("/usr/lib/postgresql").glob("*/bin/initdb")),
+                    reason="PostgreSQL server binaries not found under /usr/lib/postgresql/*/bin")
+def test_service_load_bench_times_a_new_tenants_first_concurrent_requests() -> None:
+    cmd = [sys.executable, str(ROOT / "bench" / "service_load.py"), "--db", "postgresql", "--replicas", "2",
+           "--phases", "first-burst", "--burst-rounds", "2", "--burst-size", "4", "--burst-steady", "3",
+           "--phase-log", "--json"]
+    burst = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300).stdout)[
+        "first_burst"]
+    assert (burst["rounds"], burst["size"], burst["servers"]) == (2, 4, 1)
+    assert 0 < burst["first_p50_ms"] <= burst["first_p99_ms"] <= burst["first_max_ms"]
+    assert burst["ratio_first_p99_to_steady_p50"] == round(burst["first_p99_ms"] / burst["steady_p50_ms"], 2)
+    split = burst["phase_split"]  # 8 first + 24 steady requests on the second server, 30+ job posts not
+    assert split["requests"] == 32 and split["slowest"] == 1

@@ -73,14 +73,17 @@ def test_unknown_or_missing_tokens_and_other_tenants_get_the_routes_answers(
 ) -> None:
     acme, other = api.tenant("acme"), api.tenant("other")
     job = api.job(acme)["id"]
-    for token in ("", "not-a-token"):
+    replies = []
+    for token in ("", "not-a-token"):  # the route answers the first, the lane the unknown token
         r = _post(api, token, job, {"step": 1, "value": 0.5}, "application/json")
         assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
-    assert _post(api, other, job, {"step": 1, "value": 0.5}, "application/json").status_code == 404
-    # other's token is now known (cached by the route), so the lane answers: the same 404
-    r = _post(api, other, job, {"step": 1, "value": 0.5}, "application/json")
-    assert r.status_code == 404 and r.json() == {"detail": f"Job {job!r} not found."}
-    assert lane_calls == [job]
+        replies.append(r.json())
+    assert replies[0] == replies[1]
+    api.ctx.forget_all()  # other's token not known to the replica: the lane looks it up itself
+    for _ in range(2):
+        r = _post(api, other, job, {"step": 1, "value": 0.5}, "application/json")
+        assert r.status_code == 404 and r.json() == {"detail": f"Job {job!r} not found."}
+    assert lane_calls == [job, job]
 
 
 def test_an_operator_is_served_by_the_lane(api: Api, lane_calls: list[str]) -> None:

@@ -12,7 +12,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from . import console
+from .. import _gc
+from . import console, phases
 from .context import ServiceContext
 from .errors import DomainError
 from .fairness import retry_after_header
@@ -37,12 +38,14 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        phases.install()  # only with EVALSTOP_PHASES_OUT set (the load benchmarks)
         if ctx.watch is not None:
             ctx.watch.start()
         if settings.run_worker:
             ctx.worker.start()
         if pull is not None:
             pull.start()
+        _gc.freeze_long_lived()  # after start-up: what it made lives until shutdown
         try:
             yield
         finally:
@@ -55,6 +58,8 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
                 _release_leases(ctx)
             ctx.adapters.close()
             ctx.store.dispose()
+            phases.uninstall()
+            _gc.thaw()
 
     app = EvalStopAPI(title="EvalStop", version="1", lifespan=lifespan,
                       description="Stop reward-hacked jobs: push eval scores, get decisions, stops enforced.")

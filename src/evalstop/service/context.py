@@ -6,11 +6,13 @@ import math
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import partial
 
-from . import tokens
+from . import phases, tokens
 from .domain import hash_token, tenant_policy
 from .fairness import Limits as FairLimits
 from .fairness import SharedTokenBuckets, TokenBuckets, effective
+from .flight import Refresher, SingleFlight
 from .metrics import ServiceMetrics
 from .revocation import TenantWatch
 from .scopes import TenantScope, parse_scope
@@ -45,6 +47,10 @@ class Changes:
         return began <= max(self._at.get(tenant, -math.inf), self._all)
 
 
+#: an entry used in the last fifth of its time (by default) is read again ahead of its expiry
+AHEAD = 0.2
+
+
 class TokenCache:
     """Tenant tokens this replica has seen, by their sha256 (never the token itself), bounded, each
     trusted for ``ttl_s`` seconds after the database last said it was valid, and never past the
@@ -52,26 +58,56 @@ class TokenCache:
     tenant's entries at once (:meth:`forget_tenant`, called by :class:`.revocation.TenantWatch`
     on PostgreSQL and by the route on this replica); ``ttl_s`` is the bound for a replica that
     did not hear of it (its listening connection was down). The common request costs a
-    dictionary lookup and a clock read, never a database read."""
+    dictionary lookup and a clock read, never a database read.
 
-    def __init__(self, ttl_s: float = 5.0, max_entries: int = 10_000) -> None:
-        self.ttl_s, self.max_entries = ttl_s, max_entries
+    With a ``store``, a token used in the last ``ahead_s`` seconds of its trust is read again
+    on a thread of its own, so a busy tenant's requests never all fall to the slow path when
+    its entry expires (the read's answer replaces the entry under the same rules). Concurrent
+    lookups of one token make one database read (:class:`.flight.SingleFlight`)."""
+
+    def __init__(self, ttl_s: float = 5.0, max_entries: int = 10_000, store: Store | None = None,
+                 ahead_s: float | None = None) -> None:
+        self.ttl_s, self.max_entries, self.store = ttl_s, max_entries, store
+        self.ahead_s = AHEAD * ttl_s if ahead_s is None else ahead_s
         self._by_hash: dict[str, tuple[str, float]] = {}  # digest -> (tenant, trusted until)
         self._changes = Changes(max_entries)
         self._lock = threading.Lock()
+        self._flight: SingleFlight[tuple[tuple[str, float | None] | None, float]] = SingleFlight()
+        self._refresh = Refresher("evalstop-token-refresh")
 
     def get(self, token: str) -> str | None:
-        found = self._by_hash.get(hash_token(token))
-        return found[0] if found is not None and time.monotonic() < found[1] else None
-
-    def load(self, store: Store, token: str) -> str | None:
-        """The tenant of ``token`` as the database says now (cached), or None."""
-        checked_at = time.monotonic()
-        found = tokens.owner(store, token)
+        digest = hash_token(token)
+        found = self._by_hash.get(digest)
         if found is None:
             return None
-        self.put(token, found[0], checked_at, found[1])
+        left = found[1] - time.monotonic()
+        if left <= 0:
+            return None
+        if left < self.ahead_s and self.store is not None:
+            self._refresh.ahead(digest, partial(self.load, self.store, token))
         return found[0]
+
+    def miss_kind(self, token: str) -> str:
+        """Why :meth:`get` missed: ``"expired"`` (it was cached) or ``"first"`` (phase log)."""
+        return "expired" if hash_token(token) in self._by_hash else "first"
+
+    def load(self, store: Store, token: str) -> str | None:
+        """The tenant of ``token`` as the database says now (cached), or None. A caller that
+        joined another's read takes its answer unless the tenant changed since that read began
+        (a revocation heard meanwhile): then it reads again itself."""
+        began = time.monotonic_ns()
+        (found, checked_at), shared = self._flight.do(hash_token(token), partial(self._read, store, token))
+        if shared and found is not None and self._changes.since(found[0], checked_at):
+            found, _ = self._read(store, token)
+        phases.since("token", began)
+        return None if found is None else found[0]
+
+    def _read(self, store: Store, token: str) -> tuple[tuple[str, float | None] | None, float]:
+        checked_at = time.monotonic()
+        found = tokens.owner(store, token)
+        if found is not None:
+            self.put(token, found[0], checked_at, found[1])
+        return found, checked_at
 
     def put(self, token: str, tenant: str, checked_at: float, valid_for_s: float | None = None) -> None:
         """Cache what the database said at ``checked_at`` (``time.monotonic()`` taken before the
@@ -110,20 +146,44 @@ class Policy:
 class PolicyCache:
     """Tenants' scopes and quotas, each trusted ``ttl_s`` seconds after it was read; dropped at
     once when the tenant changes (:meth:`forget`, as :class:`TokenCache`), so ``ttl_s`` bounds
-    only a replica that did not hear of the change."""
+    only a replica that did not hear of the change. As :class:`TokenCache`: read again ahead
+    of expiry when used in its last ``ahead_s`` seconds, and one read in flight per tenant."""
 
-    def __init__(self, store: Store, defaults: FairLimits, ttl_s: float) -> None:
+    def __init__(
+        self, store: Store, defaults: FairLimits, ttl_s: float, ahead_s: float | None = None
+    ) -> None:
         self.store, self.defaults, self.ttl_s = store, defaults, ttl_s
+        self.ahead_s = AHEAD * ttl_s if ahead_s is None else ahead_s
         self._items: dict[str, tuple[Policy, float]] = {}  # tenant -> (policy, read at)
         self._changes = Changes(100_000)
         self._lock = threading.Lock()
+        self._flight: SingleFlight[tuple[Policy, float]] = SingleFlight()
+        self._refresh = Refresher("evalstop-policy-refresh")
 
     def cached(self, tenant: str) -> Policy | None:
         with self._lock:
             found = self._items.get(tenant)
-        return found[0] if found is not None and time.monotonic() - found[1] < self.ttl_s else None
+        if found is None:
+            return None
+        age = time.monotonic() - found[1]
+        if age >= self.ttl_s:
+            return None
+        if age > self.ttl_s - self.ahead_s:
+            self._refresh.ahead(tenant, partial(self.load, tenant))
+        return found[0]
 
     def load(self, tenant: str) -> Policy:
+        """The tenant's policy as the database says now (cached); a shared read is taken as
+        :meth:`TokenCache.load` takes one."""
+        phases.note("policy", "expired" if tenant in self._items else "first")
+        began_ns = time.monotonic_ns()
+        (policy, began), shared = self._flight.do(tenant, partial(self._read, tenant))
+        if shared and self._changes.since(tenant, began):
+            policy, _ = self._read(tenant)
+        phases.since("policy", began_ns)
+        return policy
+
+    def _read(self, tenant: str) -> tuple[Policy, float]:
         began = time.monotonic()
         scope, quota = tenant_policy(self.store, tenant)
         policy = Policy(parse_scope(scope, stored=True), effective(quota, self.defaults))
@@ -132,7 +192,7 @@ class PolicyCache:
                 if len(self._items) > 100_000:
                     self._items.clear()
                 self._items[tenant] = (policy, began)
-        return policy
+        return policy, began
 
     def get(self, tenant: str) -> Policy:
         return self.cached(tenant) or self.load(tenant)
@@ -196,7 +256,7 @@ class ServiceContext:
         # one bucket per tenant for all replicas on PostgreSQL; SQLite has one process
         buckets = SharedTokenBuckets(store) if store.shared else TokenBuckets()
         ctx = cls(settings, store, adapters, metrics, worker, policies, buckets=buckets,
-                  tokens=TokenCache(settings.token_cache_s))
+                  tokens=TokenCache(settings.token_cache_s, store=store))
         if can_listen(store):
             ctx.watch = TenantWatch(store, ctx.forget_tenant, ctx.forget_all)
         return ctx

@@ -24,6 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from . import phases
 from .errors import DomainError
 from .store import Store
 from .store import bucket as bucket_store
@@ -157,6 +158,7 @@ class SharedTokenBuckets(TokenBuckets):
         self.store, self.lease_s = store, lease_s
         self._leased: dict[str, float] = {}  # tenant -> tokens this replica holds
         self._refused_until: dict[str, float] = {}  # tenant -> local clock until which it is over
+        self._leasing: dict[str, threading.Lock] = {}  # tenant -> held while this replica leases
 
     def take_local(self, tenant: str, n: int, limits: Limits) -> bool:
         with self._lock:
@@ -177,10 +179,25 @@ class SharedTokenBuckets(TokenBuckets):
             return
         if n > limits.burst:
             raise refusal(tenant, n, 0.0, limits)
+        # One lease in flight per tenant on this replica: a new tenant's first concurrent requests
+        # would each lock the tenant's row in turn; the later ones take from the first one's lease.
+        with self._lease_lock(tenant):
+            if not self.take_local(tenant, n, limits):
+                self._take_leased(tenant, n, limits)
+
+    def _lease_lock(self, tenant: str) -> threading.Lock:
+        with self._lock:
+            if len(self._leasing) >= 10_000:  # bounded; a lock dropped here only allows a second lease
+                self._leasing.clear()
+            return self._leasing.setdefault(tenant, threading.Lock())
+
+    def _take_leased(self, tenant: str, n: int, limits: Limits) -> None:
         with self._lock:
             have = self._leased.pop(tenant, 0.0)
         need = min(n - have, float(limits.burst))  # a debt is paid at most one burst at a time
+        began = time.monotonic_ns()
         granted, tokens = self._lease(tenant, need, need + limits.scores_per_s * self.lease_s, limits)
+        phases.since("lease", began)
         with self._lock:
             left = have if granted == 0.0 else granted - need
             self._leased[tenant] = self._leased.get(tenant, 0.0) + left

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
-from . import controls, domain, reports, tokens
+from . import controls, domain, phases, reports, tokens
 from .context import ServiceContext
 from .errors import Forbidden, InvalidInput
 from .limits import charge_rule_work, check_options
@@ -71,6 +71,9 @@ Ctx = Annotated[ServiceContext, Depends(get_ctx)]
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 
 
+UNAUTHORIZED = "Missing or invalid API token: send 'Authorization: Bearer <token>'."
+
+
 def known_principal(ctx: ServiceContext, token: str) -> Principal | None:
     """The caller of ``token`` if it is the admin token or a tenant token this replica checked
     within ``token_cache_s``, else None (look the token up in the database then). No database
@@ -83,8 +86,7 @@ def known_principal(ctx: ServiceContext, token: str) -> Principal | None:
 
 
 async def get_principal(ctx: Ctx, creds: Credentials) -> Principal:
-    unauthorized = HTTPException(401, "Missing or invalid API token: send 'Authorization: Bearer <token>'.",
-                                 headers={"WWW-Authenticate": "Bearer"})
+    unauthorized = HTTPException(401, UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})
     if creds is None or not creds.credentials:
         raise unauthorized
     known = known_principal(ctx, creds.credentials)
@@ -225,6 +227,7 @@ async def ingest_reply(
     started = time.perf_counter()
     result = await domain.ingest_scores_async(ctx.store, job_id, who.tenant, items)
     ctx.metrics.ingest_latency.observe(time.perf_counter() - started)
+    phases.note("rule_ms", round(1000 * result.rule_cpu_s, 3))  # the benchmark's phase log, if on
     ctx.metrics.scores_ingested.inc(result.accepted)
     if result.decided_now:
         ctx.metrics.decisions.labels(source="detector", shadow=str(result.shadow_stop).lower()).inc()

@@ -23,6 +23,8 @@ from typing import Any, TypeVar
 
 from sqlalchemy.engine import Connection
 
+from .. import phases
+
 T = TypeVar("T")
 #: A unit and who waits for it: a thread (a ``concurrent.futures.Future``) or a task on an
 #: event loop (:class:`LoopWaiter`).
@@ -40,11 +42,16 @@ class LoopWaiter:
     group with ONE call into that loop (one wake-up of the loop per group, not per unit; the
     ``wrap_future`` of a thread future cost a wake-up and two futures' bookkeeping per unit)."""
 
-    __slots__ = ("future", "loop")
+    __slots__ = ("future", "loop", "trace")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.future: asyncio.Future[Any] = loop.create_future()
+        #: the request's phase stamps (:mod:`..phases`), when the benchmark's log is on
+        self.trace = phases.current()
+        if self.trace is not None:
+            self.trace.mark("admit")
+            self.future.add_done_callback(_handed_back(self.trace))
 
 
 class GroupCommitter:
@@ -215,6 +222,7 @@ class WriterThreads:
     def _answer(self, conn: Connection | None, units: list[Unit]) -> Connection | None:
         """Run ``units`` (alone, or as one group) and queue their answers for their loops."""
         outcomes: list[Answer]
+        _stamp(units, "hand_off")
         try:
             conn = self._fresh(conn)
             if len(units) > 1 and self._group is not None:
@@ -223,6 +231,7 @@ class WriterThreads:
                 outcomes = [self._alone(conn, unit) for unit, _ in units]
         except BaseException as exc:  # no connection, or the group itself failed
             outcomes = [(None, exc) for _ in units]
+        _stamp(units, "database")
         answered = list(zip(units, outcomes, strict=True))
         again = [unit for unit, (_, error) in answered if isinstance(error, RunAlone)]
         self._settle_later([(unit, (result, error)) for unit, (result, error) in answered
@@ -263,6 +272,18 @@ class WriterThreads:
         with self._lock:
             settled = self._answers.pop(loop, [])
         _settle(settled)
+
+
+def _handed_back(trace: phases.Trace) -> Callable[[asyncio.Future[Any]], None]:
+    return lambda _future: trace.mark("hand_back")  # on the loop, just before the task resumes
+
+
+def _stamp(units: list[Unit], name: str) -> None:
+    if phases.RECORDER is not None:
+        for _, waiter in units:
+            if isinstance(waiter, LoopWaiter) and waiter.trace is not None:
+                waiter.trace.mark(name)
+                waiter.trace.notes["group"] = len(units)
 
 
 def _start(waiter: Future[Any] | LoopWaiter) -> bool:
