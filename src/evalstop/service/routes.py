@@ -7,6 +7,7 @@ import hmac
 import json
 import time
 from dataclasses import dataclass, fields
+from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
@@ -44,6 +45,7 @@ from .schemas import (
     TokenRotateIn,
 )
 from .scopes import checkpoint_allowed
+from .store import delivery
 
 MAX_INT = 2**62  # fits SQLite INTEGER and PostgreSQL BIGINT
 bearer = HTTPBearer(auto_error=False, description="A tenant's API token, or the operator (admin) token.")
@@ -223,7 +225,11 @@ async def ingest_reply(
     if who.tenant is not None:
         await _admit(ctx, who.tenant, items)
     started = time.perf_counter()
-    result = await domain.ingest_scores_async(ctx.store, job_id, who.tenant, items)
+    try:
+        result = await domain.ingest_scores_async(ctx.store, job_id, who.tenant, items)
+    except (ArithmeticError, ValueError):  # the job's rule raised on these scores: a bug, counted
+        ctx.metrics.rule_errors.inc()
+        raise
     ctx.metrics.ingest_latency.observe(time.perf_counter() - started)
     ctx.metrics.scores_ingested.inc(result.accepted)
     if result.decided_now:
@@ -351,5 +357,6 @@ def readyz(ctx: Ctx, response: Response) -> dict[str, Any]:
 
 @ops.get("/metrics", response_class=Response)
 def metrics(ctx: Ctx) -> Response:
-    """Prometheus text exposition."""
+    """Prometheus text exposition (the outbox backlog read from the store, cached a few seconds)."""
+    ctx.metrics.refresh_outbox(partial(delivery.pending_count, ctx.store))
     return Response(ctx.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
