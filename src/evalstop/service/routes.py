@@ -117,7 +117,9 @@ def set_tenant_scope(name: str, body: ScopeIn, ctx: Ctx, who: Caller) -> dict[st
     """Declare what the tenant may act on (replaces the previous scope; null: nothing)."""
     domain.require_admin(who.tenant, "change a tenant's scope")
     scope = None if body.scope is None else body.scope.model_dump(exclude_none=True)
-    return domain.set_tenant_policy(ctx.store, name, scope=scope)
+    changed = domain.set_tenant_policy(ctx.store, name, scope=scope)
+    ctx.forget_tenant(name)  # this replica at once; the others when they hear (revocation.py)
+    return changed
 
 
 @router.put("/tenants/{name}/quota", response_model=TenantOut, tags=["operators"])
@@ -125,7 +127,9 @@ def set_tenant_quota(name: str, body: QuotaIn, ctx: Ctx, who: Caller) -> dict[st
     """Override the default rate limit and size quota for one tenant (null: the defaults)."""
     domain.require_admin(who.tenant, "change a tenant's quota")
     quota = None if body.quota is None else body.quota.model_dump(exclude_none=True)
-    return domain.set_tenant_policy(ctx.store, name, quota=quota)
+    changed = domain.set_tenant_policy(ctx.store, name, quota=quota)
+    ctx.forget_tenant(name)
+    return changed
 
 
 @router.put("/tenants/{name}/on_detect", response_model=OnDetectOut, tags=["operators"])
