@@ -197,6 +197,7 @@ def register_job(body: JobIn, ctx: Ctx, who: Caller) -> dict[str, Any]:
     return domain.register_job(ctx.store, owner, spec, ctx.adapters.check, webhook_url=webhook_url,
                                default_limits=ctx.policies.defaults,
                                check_owner=ctx.adapters.check_registration,
+                               check_resubmit=ctx.adapters.check_resubmit,
                                max_rewinds=ctx.settings.max_rewinds,
                                rule_max_window=ctx.settings.rule_max_window)
 
