@@ -41,8 +41,14 @@ def register(api: Api, token: str, **body: Any) -> Any:
     return api.client.post("/v1/jobs", json=payload, headers=api.as_(token))
 
 
-def test_an_unmapped_tenant_is_refused_naming_the_setting(api_for: ApiFor) -> None:
-    api = api_for({"submit_as": {"other": "nobody"}})
+REST = {"rest_url": "http://127.0.0.1:9", "user": "evalstop", "token": "t"}
+
+
+@pytest.mark.parametrize("slurm", [{"submit_as": {"other": "nobody"}},
+                                   {**REST, "submit_as": {"other": {"user": "nobody", "token": "x"}}}],
+                         ids=["cli", "slurmrestd"])
+def test_an_unmapped_tenant_is_refused_naming_the_setting(api_for: ApiFor, slurm: dict[str, Any]) -> None:
+    api = api_for(slurm)
     token = api.tenant("acme", scope=SCOPE)
     r = register(api, token)
     assert r.status_code == 422, r.text
