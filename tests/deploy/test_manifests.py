@@ -256,9 +256,11 @@ def unknown_series(expr: str, exported: dict[str, set[str]]) -> list[str]:
 def test_every_alert_names_series_the_service_exports() -> None:
     exported = exported_series()
     assert "evalstop_adapter_errors_total" in exported and "evalstop_ingest_seconds_bucket" in exported
+    assert "evalstop_outbox_pending" in exported and "evalstop_rule_errors_total" in exported
     rules = [r for g in one("PrometheusRule", MONITORING)["spec"]["groups"] for r in g["rules"]]
     alerts = {r["alert"] for r in rules}
-    assert {"EvalstopReplicaDown", "EvalstopStopsFailing", "EvalstopStopsNotDelivered"} <= alerts
+    assert {"EvalstopReplicaDown", "EvalstopStopsFailing", "EvalstopStopsNotDelivered",
+            "EvalstopOutboxBacklog", "EvalstopOutboxGrowing", "EvalstopRuleErrors"} <= alerts
     for rule in rules:
         assert named_series(rule["expr"]), rule["alert"]
         assert unknown_series(rule["expr"], exported) == [], rule["alert"]

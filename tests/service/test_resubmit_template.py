@@ -20,7 +20,7 @@ SCOPE = {"ray": {"job_id_prefixes": ["acme"]}, "slurm": {"accounts": ["alpha"], 
 
 @pytest.fixture
 def api(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Api]:
-    engines = {"ray": {"address": "http://127.0.0.1:9"}, "slurm": {}}
+    engines = {"ray": {"address": "http://127.0.0.1:9"}, "slurm": {"submit_as": {"acme": "acme"}}}
     with TestClient(create_app(make_settings(sqlite_url, adapter_settings=engines))) as client:
         api = Api(client)
         # No engine runs here: the backend's ownership check at registration (Slurm must know the

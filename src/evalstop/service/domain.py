@@ -203,7 +203,7 @@ def register_job(
     store: Store, tenant: str, spec: JobSpec, check_target: Callable[[str], None] = lambda _: None, *,
     webhook_url: str | None = None, default_limits: FairLimits | None = None,
     check_owner: Callable[[str, JobRef], None] | None = None, rule_max_window: int = RULE_MAX_WINDOW,
-    max_rewinds: int = rewinding.MAX_REWINDS,
+    max_rewinds: int = rewinding.MAX_REWINDS, check_resubmit: Callable[[str, str], None] | None = None,
 ) -> dict[str, Any]:
     """Register a job for ``tenant``. ``check_target`` raises InvalidInput for an unknown target;
     the reference must lie in the tenant's scope (:mod:`.scopes`), and ``check_owner`` (the
@@ -217,7 +217,9 @@ def register_job(
     on-detect policy is its own fields over the tenant's default (``max_rewinds``: the
     operator's limit). The record returned carries ``next_eval``: the fresh monitor's hint, when
     the job's first eval is worth running (as the score reply's ``next_eval`` says for each
-    later one)."""
+    later one). With ``check_owner``, a job with a resubmission template is also put to
+    ``check_resubmit(target, tenant)`` (``AdapterRegistry.check_resubmit``: the adapter's
+    settings must let it resubmit as the tenant)."""
     _check_name("target", spec.target)
     check_target(spec.target)
     detector = resolve_detector(spec.detector, spec.mode)
@@ -233,6 +235,8 @@ def register_job(
             with store.reading() as conn:
                 policy = _job_policy(conn, tenant, spec, max_rewinds)
             resubmit_template(spec, policy, scoping.parse_scope(scope), tenant)
+            if check_resubmit is not None:
+                check_resubmit(spec.target, tenant)
         ref = JobRef(job_id, tenant, external_ref, dict(spec.target_options), scope=scope or {})
         check_owner(spec.target, ref)
     row = {

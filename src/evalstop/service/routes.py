@@ -7,6 +7,7 @@ import hmac
 import json
 import time
 from dataclasses import dataclass, fields
+from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
@@ -44,6 +45,7 @@ from .schemas import (
     TokenRotateIn,
 )
 from .scopes import checkpoint_allowed
+from .store import delivery
 
 MAX_INT = 2**62  # fits SQLite INTEGER and PostgreSQL BIGINT
 bearer = HTTPBearer(auto_error=False, description="A tenant's API token, or the operator (admin) token.")
@@ -117,7 +119,9 @@ def set_tenant_scope(name: str, body: ScopeIn, ctx: Ctx, who: Caller) -> dict[st
     """Declare what the tenant may act on (replaces the previous scope; null: nothing)."""
     domain.require_admin(who.tenant, "change a tenant's scope")
     scope = None if body.scope is None else body.scope.model_dump(exclude_none=True)
-    return domain.set_tenant_policy(ctx.store, name, scope=scope)
+    changed = domain.set_tenant_policy(ctx.store, name, scope=scope)
+    ctx.forget_tenant(name)  # this replica at once; the others when they hear (revocation.py)
+    return changed
 
 
 @router.put("/tenants/{name}/quota", response_model=TenantOut, tags=["operators"])
@@ -125,7 +129,9 @@ def set_tenant_quota(name: str, body: QuotaIn, ctx: Ctx, who: Caller) -> dict[st
     """Override the default rate limit and size quota for one tenant (null: the defaults)."""
     domain.require_admin(who.tenant, "change a tenant's quota")
     quota = None if body.quota is None else body.quota.model_dump(exclude_none=True)
-    return domain.set_tenant_policy(ctx.store, name, quota=quota)
+    changed = domain.set_tenant_policy(ctx.store, name, quota=quota)
+    ctx.forget_tenant(name)
+    return changed
 
 
 @router.put("/tenants/{name}/on_detect", response_model=OnDetectOut, tags=["operators"])
@@ -193,6 +199,7 @@ def register_job(body: JobIn, ctx: Ctx, who: Caller) -> dict[str, Any]:
     return domain.register_job(ctx.store, owner, spec, ctx.adapters.check, webhook_url=webhook_url,
                                default_limits=ctx.policies.defaults,
                                check_owner=ctx.adapters.check_registration,
+                               check_resubmit=ctx.adapters.check_resubmit,
                                max_rewinds=ctx.settings.max_rewinds,
                                rule_max_window=ctx.settings.rule_max_window)
 
@@ -225,7 +232,11 @@ async def ingest_reply(
     if who.tenant is not None:
         await _admit(ctx, who.tenant, items)
     started = time.perf_counter()
-    result = await domain.ingest_scores_async(ctx.store, job_id, who.tenant, items)
+    try:
+        result = await domain.ingest_scores_async(ctx.store, job_id, who.tenant, items)
+    except (ArithmeticError, ValueError):  # the job's rule raised on these scores: a bug, counted
+        ctx.metrics.rule_errors.inc()
+        raise
     ctx.metrics.ingest_latency.observe(time.perf_counter() - started)
     phases.note("rule_ms", round(1000 * result.rule_cpu_s, 3))  # the benchmark's phase log, if on
     ctx.metrics.scores_ingested.inc(result.accepted)
@@ -354,5 +365,6 @@ def readyz(ctx: Ctx, response: Response) -> dict[str, Any]:
 
 @ops.get("/metrics", response_class=Response)
 def metrics(ctx: Ctx) -> Response:
-    """Prometheus text exposition."""
+    """Prometheus text exposition (the outbox backlog read from the store, cached a few seconds)."""
+    ctx.metrics.refresh_outbox(partial(delivery.pending_count, ctx.store))
     return Response(ctx.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")

@@ -74,6 +74,17 @@ class AdapterRegistry:
             raise BackendUnavailable(f"external_ref: could not ask {name} whether job {job.external_ref!r} "
                                      f"is tenant {job.tenant!r}'s ({exc}); retry later.") from None
 
+    def check_resubmit(self, name: str, tenant: str) -> None:
+        """Raise InvalidInput (422) when target ``name``'s settings would refuse to resubmit a job
+        of ``tenant`` (a Slurm tenant without a ``submit_as`` user): refused at registration, not
+        after a rewind has stopped the running job."""
+        try:
+            refusal = self.get(name).can_resubmit_for(tenant)
+        except UnknownTarget as exc:
+            raise InvalidInput(f"target: {exc}") from None
+        if refusal is not None:
+            raise InvalidInput(f"resubmit: {refusal}.")
+
     def _build(self, name: str) -> EnforcementAdapter:
         options = self.settings.get(name, {})
         adapters = importlib.import_module("evalstop.service.adapters")

@@ -108,5 +108,18 @@ class EnforcementAdapter(ABC):
         raise AdapterError(f"the {self.name or type(self).__name__} adapter cannot resubmit a job",
                            retryable=False)
 
+    def can_resubmit_for(self, tenant: str) -> str | None:
+        """Why this adapter's settings refuse to resubmit ``tenant``'s jobs, or None. Registration
+        asks it of a job with a resubmission template. The default asks the adapter's
+        ``submit_as`` (the Slurm adapters' per-tenant user) when it has one."""
+        submit_as = getattr(self, "submit_as", None)
+        if submit_as is None:
+            return None
+        try:
+            submit_as.for_job(JobRef("", tenant, ""))
+        except AdapterError as exc:
+            return str(exc).removeprefix("job : ")
+        return None
+
     def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Release what the adapter holds (HTTP connection pools); call at shutdown."""

@@ -95,6 +95,13 @@ def signalled_at(store: Store, row_id: int) -> float | None:
     return None if value is None else float(value)
 
 
+def pending_count(store: Store) -> int:
+    """How many outbox rows are not yet done or failed (the backlog)."""
+    with store.reading() as conn:
+        return int(conn.execute(sa.select(sa.func.count()).select_from(outbox)
+                                .where(outbox.c.phase.not_in(TERMINAL))).scalar_one())
+
+
 def attempts_and_phase(store: Store, row_id: int) -> tuple[int, str]:
     with store.reading() as conn:
         attempts, phase = conn.execute(
