@@ -28,6 +28,7 @@ from ..detectors import (
     parse_cadence,
     parse_spec,
 )
+from . import lifecycle
 from . import resubmit as resubmitting
 from . import rewind as rewinding
 from . import scopes as scoping
@@ -241,7 +242,7 @@ def register_job(
         "detector": format_spec(detector), "metric": spec.metric, "mode": spec.mode,
         "grace_period_s": spec.grace_period_s, "gpus": spec.gpus,
         "expected_duration_s": spec.expected_duration_s, "shadow": spec.shadow, "override": None,
-        "state": "running", "created_at": store.clock(), "stopped_at": None,
+        "state": lifecycle.INITIAL, "created_at": store.clock(), "stopped_at": None,
         "cadence": format_cadence(cadence), "eval_interval": spec.eval_interval,
     }
     with store.transaction() as conn:
@@ -331,15 +332,15 @@ def set_override(
             f"override must be one of {', '.join(OVERRIDES)} or null. Got {override!r} instead.")
     with store.transaction() as conn:
         job = job_store.lock(conn, job_id, tenant)
-        if override == "never_stop" and job["state"] != "running":
+        if override == "never_stop" and job["state"] != lifecycle.RUNNING:
             raise Conflict(f"Job {job_id} is already {job['state']}; never_stop cannot undo a stop.")
-        if override == "stop_now" and job["state"] == "running":
+        if override == "stop_now" and job["state"] == lifecycle.RUNNING:
             monitor = load_monitor(conn, job, store.limits.max_history)
             latest = job_store.latest_step(conn, job_id, job["metric"])
             why = f"stop_now override by {actor.display}" + (f": {reason}" if reason else "")
             decide_stop(conn, job, "override", monitor, store.clock(), shadow=False, step=latest,
                         reason=why[:1000])
-        if override != "stop_now" or job["state"] == "running":
+        if override != "stop_now" or job["state"] == lifecycle.RUNNING:
             job_store.update(conn, job_id, override=override)
         record(conn, job_id, actor, override or "resume", reason, store.clock())
     return get_job(store, job_id, tenant)

@@ -1,6 +1,6 @@
 """The decisions aggregate: write a stop decision and, when it is enforced, enqueue its stop
-(outbox row, job ``stopping``) in the same transaction; write a rewind decision (and, for a job
-that is resubmitted, its outbox row); read a job's decisions."""
+(its outbox row; the caller moves the job to ``stopping`` in the same transaction); write a
+rewind decision (and, for a job that is resubmitted, its outbox row); read a job's decisions."""
 
 from __future__ import annotations
 
@@ -11,18 +11,18 @@ from sqlalchemy.engine import Connection
 
 from .engine import Store
 from .job import row as job_row
-from .tables import decisions, jobs, outbox
+from .tables import decisions, outbox
 
 
 def record_stop(conn: Connection, job_id: str, now: float, *, enqueue: bool, **fields: Any) -> int:
     """Insert a stop decision (``fields``: the ``decisions`` columns besides id, job, time) and,
-    if ``enqueue``, its outbox row; the job becomes ``stopping``. Returns the decision id."""
+    if ``enqueue``, its outbox row (the job's state is the caller's: ``service/lifecycle.py``).
+    Returns the decision id."""
     decision_id = conn.execute(decisions.insert().values(
         job_id=job_id, decision="stop", created_at=now, **fields)).inserted_primary_key[0]  # type: ignore[index]
     if enqueue:
         conn.execute(outbox.insert().values(decision_id=decision_id, job_id=job_id, phase="pin",
                                             attempts=0, next_attempt_at=now, created_at=now))
-        conn.execute(jobs.update().where(jobs.c.id == job_id).values(state="stopping"))
     return int(decision_id)
 
 
