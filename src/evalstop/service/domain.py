@@ -202,7 +202,7 @@ def resolve_cadence(spec: str, eval_interval: int | None = None) -> CadencePolic
 
 def register_job(
     store: Store, tenant: str, spec: JobSpec, check_target: Callable[[str], None] = lambda _: None, *,
-    webhook_url: str | None = None, default_limits: FairLimits | None = None,
+    target_settings: Mapping[str, Any] | None = None, default_limits: FairLimits | None = None,
     check_owner: Callable[[str, JobRef], None] | None = None, rule_max_window: int = RULE_MAX_WINDOW,
     max_rewinds: int = rewinding.MAX_REWINDS,
 ) -> dict[str, Any]:
@@ -211,8 +211,9 @@ def register_job(
     service passes ``AdapterRegistry.check_registration``) asks the backend whether the job is
     the tenant's, before any lock is taken; the reference must belong to no other live job of
     the same tenant (references are per tenant, so nothing here tells a tenant what others
-    registered); the tenant's ``max_live_jobs`` quota must not be used up. ``webhook_url`` is the
-    webhook adapter's configured URL (checked against the scope when the job names none).
+    registered); the tenant's ``max_live_jobs`` quota must not be used up. ``target_settings``
+    are the service's settings of the job's target (its backend may check the job against them:
+    the webhook's configured URL, when the job names none).
     ``rule_max_window`` bounds the rule's size parameters (:func:`check_rule_cost`; the
     service passes its setting), checked before the backend is asked anything. The job's
     on-detect policy is its own fields over the tenant's default (``max_rewinds``: the
@@ -229,7 +230,7 @@ def register_job(
     if check_owner is not None:  # the cheap checks first: nothing asks the backend for a bad request
         scope = tenant_store.policy(store, tenant)[0]
         scoping.check_registration(tenant, scoping.parse_scope(scope), spec.target, external_ref,
-                                   spec.target_options, webhook_url)
+                                   spec.target_options, target_settings or {})
         if spec.resubmit is not None:
             with store.reading() as conn:
                 policy = _job_policy(conn, tenant, spec, max_rewinds)
@@ -255,7 +256,7 @@ def register_job(
                    monitor_state=new_monitor_state(detector, cadence, spec.eval_interval, policy),
                    resubmit=resubmit_template(spec, policy, scoping.parse_scope(scope), tenant))
         scoping.check_registration(tenant, scoping.parse_scope(scope), spec.target, external_ref,
-                                   spec.target_options, webhook_url)
+                                   spec.target_options, target_settings or {})
         _check_live_quota(conn, tenant, effective(quota, default_limits or UNLIMITED))
         _check_ref_free(conn, tenant, spec.target, external_ref)
         if not job_store.insert(conn, row):  # cannot happen: registrations of one tenant serialise

@@ -8,7 +8,7 @@ from typing import Any
 
 from . import lifecycle
 from .actors import Actor, record
-from .adapters._base import AdapterError, EnforcementAdapter, JobRef
+from .adapters import AdapterError, EnforcementAdapter, JobRef, backend
 from .resubmit import render
 from .store import Conn, Store
 from .store import decision as decision_store
@@ -39,7 +39,8 @@ def submit(
     """Render the job's template with the checkpoint and correction, and resubmit it; the new
     reference. A value that cannot be rendered is a permanent error."""
     template = dict(job["resubmit"] or {})
-    text = template.get("entrypoint") if "entrypoint" in template else template.get("script")
+    rules = backend(job["target"])
+    text = template.get(rules.resubmit_text) if rules is not None and rules.resubmit_text else None
     if not isinstance(text, str):
         raise AdapterError(f"job {job['id']}: no resubmission template", retryable=False)
     number, correction = rewind
