@@ -81,7 +81,7 @@ class ServiceSettings(BaseSettings):
     #: this or ``adapter_settings``, not both.
     adapter_settings_file: Path | None = None
     #: A TOML file of pollers (MLflow, TensorBoard, trainer_state) run inside the service; see
-    #: :mod:`evalstop.service.pulling`. None: no pull ingest.
+    #: :mod:`evalstop.service.pull.serve`. None: no pull ingest.
     pull_config: Path | None = None
     #: Default per-tenant limits (each tenant's ``quota`` overrides them): a token bucket of
     #: scores (refill per second, capacity), and the most jobs a tenant may have live at once.
