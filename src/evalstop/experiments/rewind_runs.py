@@ -1,4 +1,4 @@
-"""The training side of the rewind study: one seed's TRL GRPO runs (issue 23).
+"""The training side of the rewind study: one seed's TRL GRPO runs (docs/rewind.md).
 
 Per seed, every arm trains the same tiny GRPO policy (``workloads.trl_runs``, the path of the
 TRL bank) from the same seed against the learned proxy reward, with the same recorder (a noisy

@@ -1,4 +1,4 @@
-"""The rewind study's arms and measures, from the recorded runs of ``rewind_runs`` (issue 23).
+"""The rewind study's arms and measures, from the recorded runs of ``rewind_runs`` (docs/rewind.md).
 
 Per seed there is one base run (no intervention) and one run per correction (rewind at the first
 detection, stop at the second). The arms:

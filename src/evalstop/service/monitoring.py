@@ -19,18 +19,12 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Mapping, Sequence
-from functools import lru_cache
 from typing import Any
 
-from ..detectors import CadencePolicy, Detector, Monitor, OnDetect, parse_spec
+from ..detectors import CadencePolicy, Detector, Monitor, OnDetect, detector_for
 from .score import ScoreIn
 from .store import Conn
 from .store import score as score_store
-
-
-@lru_cache(maxsize=1024)
-def detector_for(spec: str) -> Detector:
-    return parse_spec(spec)
 
 
 def new_monitor_state(

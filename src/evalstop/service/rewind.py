@@ -1,4 +1,4 @@
-"""Rewind instead of stop, in the service (issue 23; docs/rewind.md, "In the service").
+"""Rewind instead of stop, in the service (docs/rewind.md, "In the service").
 
 - **The policy.** A job's ``on_detect``/``max_rewinds``/``correction`` (registration) override
   its tenant's default policy field by field (``resolve_policy``); ``max_rewinds`` is bounded by

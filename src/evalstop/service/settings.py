@@ -64,7 +64,8 @@ class ServiceSettings(BaseSettings):
     worker_threads: int = Field(default=8, ge=1, le=256)
     worker_per_tenant: int = Field(default=2, ge=1)
     #: Threads per replica that run score writes on PostgreSQL, each on a connection it keeps:
-    #: how many transactions a replica has in flight at once (docs/service.md, "Fifth pass").
+    #: how many transactions a replica has in flight at once (docs/service.md, "Writing scores on
+    #: PostgreSQL").
     db_threads: int = Field(default=4, ge=1, le=64)
     #: Seconds between sweeps of revoked or expired console sessions (by an idle worker thread).
     session_sweep_s: float = Field(default=60.0, gt=0, le=86400)

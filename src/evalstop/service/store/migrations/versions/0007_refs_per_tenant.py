@@ -1,4 +1,4 @@
-"""Issue 22: an external reference is unique among one tenant's live jobs, not across tenants.
+"""An external reference is unique among one tenant's live jobs, not across tenants.
 
 Across tenants, the index let one tenant register another's next job id first (squatting) and
 told it, by a 409, which references others used. Ownership is now proven with the backend at
