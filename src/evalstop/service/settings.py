@@ -92,7 +92,7 @@ class ServiceSettings(BaseSettings):
     #: Seconds a replica trusts its cached copy of a tenant's scope and quota.
     policy_cache_s: float = Field(default=5.0, ge=0)
     #: Seconds a replica trusts that a tenant token it has seen is still valid when it has not heard
-    #: of a change (its listening connection was down; docs/service.md, "Tokens").
+    #: of a change (its listening connection was down; docs/tenants.md, "Tokens").
     token_cache_s: float = Field(default=5.0, ge=0, le=3600)
 
     @field_validator("database_url")
