@@ -45,7 +45,7 @@ from ..detectors import Monitor
 from . import lifecycle
 from . import rewind as rewinding
 from .errors import Conflict, InvalidInput, PayloadTooLarge
-from .monitoring import MEMO, load_monitor, observe_new, stored_text
+from .monitoring import MEMO, decision_of, load_monitor, observe_new, stored_text
 from .score import ScoreIn
 from .store import Conn, Limits, Store
 from .store import decision as decision_store
@@ -223,12 +223,8 @@ def decide_stop(
 ) -> int:
     """Record a stop decision at ``step``, with the monitor's best checkpoint; unless
     ``shadow``, enqueue its enforcement and mark the job stopping."""
-    verdict = monitor.verdict
-    decision_id = decision_store.record_stop(
-        conn, job["id"], now, enqueue=not shadow, source=source, shadow=shadow, enforced=not shadow,
-        reason=reason, detector=job["detector"], step=step, n_evals=monitor.n_evals + monitor.n_ignored,
-        best_step=verdict.best_step, best_score=verdict.best_score,
-        best_checkpoint_uri=monitor.best_checkpoint)
+    decision = decision_of(job, monitor, source=source, shadow=shadow, reason=reason, step=step)
+    decision_id = decision_store.record_stop(conn, job["id"], now, decision, enqueue=not shadow)
     if not shadow:
         lifecycle.move(conn, job, lifecycle.STOPPING, now)
     return decision_id
@@ -249,12 +245,9 @@ def _maybe_decide(
         monitor.stop_instead()
     if monitor.action == "rewind":
         if shadow:  # recorded as the job's one detector decision; the monitor is not rewound
-            decision_store.record_rewind(
-                conn, job["id"], now, enqueue=False, source="detector", shadow=True, enforced=False,
-                reason=verdict.reason[:1000], detector=job["detector"], step=verdict.stop_step,
-                n_evals=monitor.n_evals + monitor.n_ignored, best_step=verdict.best_step,
-                best_score=verdict.best_score, best_checkpoint_uri=monitor.best_checkpoint,
-                correction=monitor.policy.correction)
+            decision = decision_of(job, monitor, source="detector", shadow=True, reason=verdict.reason[:1000],
+                                   step=verdict.stop_step, correction=monitor.policy.correction)
+            decision_store.record_rewind(conn, job["id"], now, decision, enqueue=False)
             return True, rewinding.shadow_note(monitor), True
         note = f"{verdict.reason}; rewound to step {verdict.best_step} ({monitor.policy.correction})"
         return True, note, False
