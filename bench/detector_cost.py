@@ -10,6 +10,9 @@ microseconds at each H, the ratio of the cost at the longest history to the cost
 shortest (target: <= 3 for every rule; 1.0 = flat), and the size of the state as JSON.
 A row ``<DEFAULT_SPEC> + adaptive`` times the default rule's update plus the adaptive cadence's
 next-eval hint (``Detector.elevated`` and ``Adaptive.after``), what a monitor adds per eval.
+A row ``<DEFAULT_SPEC> + adaptive + confirm`` adds what a monitor with confirmation evals does
+per eval: it keeps the state before the eval (the alarm's rollback), and when the rule fires it
+tests the eval as a confirmation against the best eval (``Confirm.agrees``).
 
     .venv/bin/python bench/detector_cost.py                  # H = 10, 1000, 10000, 100000
     .venv/bin/python bench/detector_cost.py --histories 10,1000 --json
@@ -70,12 +73,35 @@ class WithCadence:
         return new, verdict, self.policy.after(self.detector.elevated(new))
 
 
-def parse_rule(spec: str) -> Any:
-    """``spec`` or ``spec + cadence`` (a rule and a cadence policy)."""
-    from evalstop.detectors import parse_cadence, parse_spec
+class WithConfirm:
+    """A rule (maybe with a cadence hint) plus what a monitor with ``confirm`` adds per eval."""
 
-    rule, _, cadence = (part.strip() for part in spec.partition("+"))
-    return WithCadence(parse_spec(rule), parse_cadence(cadence)) if cadence else parse_spec(rule)
+    def __init__(self, detector: Any, confirm: Any) -> None:
+        from evalstop.detectors._base import copy_state
+
+        self.detector, self.confirm, self.copy = detector, confirm, copy_state
+        self.state_window = detector.state_window
+        self.start, self.step = detector.start, detector.step
+
+    def update(self, state: Any, ev: Any) -> Any:
+        before = self.copy(state)
+        out = self.detector.update(state, ev)
+        new = out[0]
+        if new["stop"] is not None and new["best_score"] is not None:
+            return out, before, self.confirm.agrees(1.0, new["best_score"], None, None, ev)
+        return out, before
+
+
+def parse_rule(spec: str) -> Any:
+    """``spec``, ``spec + cadence``, ``spec + confirm`` or ``spec + cadence + confirm``."""
+    from evalstop.detectors import Confirm, parse_cadence, parse_spec
+
+    rule, *extras = (part.strip() for part in spec.split("+"))
+    detector: Any = parse_spec(rule)
+    for extra in extras:
+        detector = WithConfirm(detector, Confirm()) if extra == "confirm" else \
+            WithCadence(detector, parse_cadence(extra))
+    return detector
 
 
 def measure(specs: Sequence[str], lengths: Sequence[int]) -> list[dict[str, Any]]:
@@ -119,14 +145,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--histories", default=DEFAULT_HISTORIES,
                         help=f"comma-separated history lengths (default {DEFAULT_HISTORIES})")
     parser.add_argument("--rule", action="append",
-                        help="spec, or 'spec + cadence', to measure (repeatable; default: every rule and "
-                             "the default rule with the adaptive cadence)")
+                        help="spec, 'spec + cadence', 'spec + confirm' or 'spec + cadence + confirm', to "
+                             "measure (repeatable; default: every rule, and the default rule with the "
+                             "adaptive cadence, without and with confirmation evals)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
     args = parser.parse_args(argv)
     lengths = sorted({int(h) for h in args.histories.split(",") if h.strip()})
     if not lengths or lengths[0] < 1:
         raise SystemExit(f"--histories needs positive lengths. Got {args.histories!r}.")
-    rows = measure(args.rule or [*sorted(REGISTRY), f"{DEFAULT_SPEC} + adaptive"], lengths)
+    default = [*sorted(REGISTRY), f"{DEFAULT_SPEC} + adaptive", f"{DEFAULT_SPEC} + adaptive + confirm"]
+    rows = measure(args.rule or default, lengths)
     print(json.dumps(rows, indent=2) if args.json else format_table(rows, lengths))
     return 0
 

@@ -47,6 +47,8 @@ def _one_line_error(argv: list[str]) -> str:
     # 8: rewind's training options without --train changed nothing and said nothing
     (["rewind", "--seed", "5"], "--seed: for --train only"),
     (["rewind", "--seeds", "3", "--jobs", "2"], "--seeds, --jobs: for --train only"),
+    (["rewind", "--proxy", "learned"], "--proxy: for --train only"),
+    (["rewind", "--train", "--proxy", "mlp"], "argument --proxy: invalid choice: 'mlp'"),
     (["rewind", "--train", "--runs", "x.json.gz"], "--runs: reads recorded runs instead of training"),
     (["rewind", "--seed", "-3"], "argument --seed: must be an int >= 0. Got -3 instead."),
     (["rewind", "--platform", "-1"], "argument --platform: must be an int >= 0. Got -1 instead."),

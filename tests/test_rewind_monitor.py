@@ -33,12 +33,28 @@ def test_correction_specs_apply(spec: str, knob: str, before: float, after: floa
     ({"on_detect": "rewind", "correction": "kl_coef=nan"}, "finite value >= 0 for 'kl_coef'. Got 'nan'"),
     ({"on_detect": "rewind", "correction": "kl_coef"}, "malformed part 'kl_coef'"),
     ({"on_detect": "rewind", "correction": "lr*=2,lr=1"}, "changes 'lr' twice"),
+    ({"on_detect": "rewind", "correction": "ref=init"}, "can only set 'ref' to one of best .*Got 'ref=init'"),
+    ({"on_detect": "rewind", "correction": "ref*=2"}, "can only set 'ref' to one of best .*Got 'ref\\*=2'"),
+    ({"on_detect": "rewind", "correction": "ref=best,ref=best"}, "changes 'ref' twice"),
     ({"on_detect": "rewind"}, "must name at least one change"),
     ({"correction": "lr*=0.5"}, "only used with on_detect='rewind'"),
 ])
 def test_bad_policies_are_refused_naming_the_parameter(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         OnDetect(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("spec", "ref", "kl"), [
+    ("ref=best", "best", None), ("ref = best, kl_coef*=2", "best", "kl_coef*=2"),
+    ("kl_coef=0.5", None, "kl_coef=0.5"),
+])
+def test_the_reference_reset_is_a_correction(spec: str, ref: str | None, kl: str | None) -> None:
+    policy = OnDetect("rewind", correction=spec)
+    parsed = policy.parsed
+    assert parsed.ref == ref and str(parsed.get("kl_coef") or "") == (kl or "")
+    assert parsed.get("ref") is None and parsed.get("lr") is None  # a reset is not a numeric change
+    assert policy.correction == ",".join(x for x in ("ref=best" if ref else "", kl or "") if x)
+    assert OnDetect.from_json(policy.to_json()) == policy
 
 
 def test_policy_json_and_canonical_correction() -> None:

@@ -88,6 +88,16 @@ def test_a_trainer_without_a_kl_coefficient_is_refused_at_train_begin(tmp_path: 
         trainer.train()
 
 
+def test_ref_best_on_a_trainer_without_a_reference_model_is_refused_at_train_begin(tmp_path: Path) -> None:
+    policy = OnDetect(on_detect="rewind", correction="ref=best,lr*=0.5")
+    with pytest.raises(ValueError, match=r"ref=best: Trainer has no reference model \(no 'ref_model'\)"):
+        run(tmp_path, policy)
+    callback = EvalStopCallback(metric="gold", on_detect=policy)
+    trainer = make_trainer(tmp_path, SCORES, callback)
+    with pytest.raises(ValueError, match=r"ref=best: it needs the trainer\. Add the callback with callback"):
+        trainer.train()
+
+
 def test_no_saved_checkpoint_stops_instead_of_rewinding(tmp_path: Path) -> None:
     policy = OnDetect(on_detect="rewind", correction="lr*=0.5")
     callback = EvalStopCallback(metric="gold", detector=KDeclines(k=2), on_detect=policy)
@@ -105,3 +115,21 @@ def test_no_saved_checkpoint_stops_instead_of_rewinding(tmp_path: Path) -> None:
         trainer.train()
     assert deleted and callback.verdict.stop_step == 10 and trainer.state.global_step == 10
     assert [e["event"] for e in callback.history.monitor.log] == ["detect", "stop"]
+
+
+def test_ref_best_is_refused_where_a_new_reference_would_not_be_used() -> None:
+    from types import SimpleNamespace
+
+    from evalstop.detectors import Correction
+    from evalstop.integrations._trainer_rewind import check_correction
+
+    reset = Correction.parse("ref=best")
+    model = torch.nn.Linear(2, 2)
+    precomputed = SimpleNamespace(precompute_ref_log_probs=True)
+    dpo = SimpleNamespace(beta=0.1, ref_model=model, model=model, args=precomputed)
+    with pytest.raises(ValueError, match="precomputed the reference model's log-probabilities"):
+        check_correction(reset, dpo)
+    peft = SimpleNamespace(beta=0.1, ref_model=None, model=SimpleNamespace(peft_config={}), args=None)
+    with pytest.raises(ValueError, match="trains a PEFT model, whose reference is the base model"):
+        check_correction(reset, peft)
+    check_correction(reset, SimpleNamespace(beta=0.1, ref_model=model, model=model, args=SimpleNamespace()))

@@ -83,6 +83,8 @@ def test_rendered_values_reach_the_shell_as_one_quoted_word_each(tmp_path: objec
     with pytest.raises(ValueError, match="no checkpoint URI"):
         resubmit.render("run {checkpoint}", None, "lr*=0.5")
     assert resubmit.render("run --fix {correction}", None, "lr*=0.5") == "run --fix 'lr*=0.5'"
+    reset = resubmit.render("run --fix {correction}", None, "ref=best,kl_coef*=2")
+    assert shlex.split(reset) == ["run", "--fix", "ref=best,kl_coef*=2"]
 
 
 def test_ray_ids_stay_in_the_prefix() -> None:

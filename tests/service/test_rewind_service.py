@@ -99,6 +99,8 @@ def test_the_tenant_default_policy(api: Api) -> None:
     assert api.client.get("/v1/tenants/acme/on_detect", headers=api.as_(other)).status_code == 404
     assert api.job(token)["on_detect"] == policy  # the job names none: the tenant's default
     assert api.job(token, correction="kl_coef=0.1")["on_detect"] == {**policy, "correction": "kl_coef=0.1"}
+    reset = api.job(token, correction="ref=best,kl_coef*=2")["on_detect"]  # the reference reset
+    assert reset == {**policy, "correction": "ref=best,kl_coef*=2"}
     assert api.job(token, on_detect="stop")["on_detect"] == {"on_detect": "stop", "max_rewinds": 2,
                                                              "correction": ""}
     assert api.job(other)["on_detect"] == {"on_detect": "stop", "max_rewinds": 1, "correction": ""}
@@ -110,6 +112,7 @@ def test_the_tenant_default_policy(api: Api) -> None:
 def test_bad_policies_are_422_naming_the_parameter_and_value(api: Api) -> None:
     token = api.tenant("acme")
     cases = [({"on_detect": "rewind", "correction": "temp=2"}, "'temp=2'"),
+             ({"on_detect": "rewind", "correction": "ref=init"}, "'ref=init'"),
              ({"on_detect": "rewind", "max_rewinds": 4, "correction": "lr*=0.5"}, "max_rewinds: 4"),
              ({"on_detect": "rewind"}, "'correction' parameter"),
              ({"on_detect": "stop", "correction": "lr*=0.5"}, "'correction' parameter"),

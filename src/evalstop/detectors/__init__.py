@@ -3,6 +3,7 @@
 
 from ._base import Decision, Detector, Eval, RuleEvidence, Verdict
 from ._cadence import DEFAULT_CADENCE, Adaptive, CadencePolicy, Every, NextEval, format_cadence, parse_cadence
+from ._confirm import Confirm, parse_confirm
 from ._cusum import Cusum
 from ._fixed_progress import FixedProgress
 from ._kdeclines import KDeclines
@@ -28,6 +29,7 @@ __all__ = [
     "Adaptive",
     "CadencePolicy",
     "CadenceWalk",
+    "Confirm",
     "Correction",
     "Cusum",
     "Decision",
@@ -55,6 +57,7 @@ __all__ = [
 
     "format_spec",
     "parse_cadence",
+    "parse_confirm",
     "parse_spec",
     "watch",
 ]

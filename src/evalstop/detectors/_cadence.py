@@ -37,22 +37,31 @@ MAX_AFTER = 10_000
 class NextEval:
     """The hint after an eval: run the next eval ``after`` opportunities from the last one (at
     ``step`` when the eval interval is known), and whether the evidence is ``elevated``.
-    ``done``: the rule has fired, no further eval is needed."""
+    ``done``: the rule has fired, no further eval is needed. ``confirm`` > 0: the next eval is a
+    confirmation eval of that many routine evals' size, at the latest eval's checkpoint
+    (``after`` is then 0 and ``step`` the alarm's; ``_confirm.py``)."""
 
     after: int
     step: int | None
     elevated: bool
     done: bool = False
+    confirm: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON values, as the service's score reply and the remote client carry them."""
-        return {"after": self.after, "step": self.step, "elevated": self.elevated, "done": self.done}
+        """JSON values, as the service's score reply and the remote client carry them
+        (``confirm`` only when a confirmation is asked for)."""
+        out: dict[str, Any] = {
+            "after": self.after, "step": self.step, "elevated": self.elevated, "done": self.done,
+        }
+        if self.confirm:
+            out["confirm"] = self.confirm
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> NextEval:
         step = data.get("step")
         return cls(int(data["after"]), None if step is None else int(step), bool(data["elevated"]),
-                   bool(data.get("done", False)))
+                   bool(data.get("done", False)), int(data.get("confirm", 0)))
 
 
 class CadencePolicy(ABC):

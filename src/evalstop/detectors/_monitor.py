@@ -22,6 +22,16 @@ feeds a job's evals to one ``Monitor`` and acts when ``fired_now`` is set. The r
   which puts the rule back in its state right after the best eval (evals after it no longer
   count; the next accepted eval is any step after the best one). ``log`` lists every detection,
   rewind and the final stop (``_rewind.py``).
+- With ``confirm`` (a ``Confirm``; None, the default, decides on the rule alone) a firing rule
+  raises an *alarm* instead: the monitor keeps the state the rule would stop with as ``pending``
+  and its own state as it was before the alarm eval; ``next_eval()`` asks for a confirmation eval
+  (``confirm``: its size in routine evals, at the alarm's step) and ``accepts`` nothing else. The
+  caller answers with ``observe_confirmation``. If the confirmation agrees (``Confirm.agrees``) the
+  pending state becomes the state: the monitor stops at the alarm eval, ``fired_now`` is set, and
+  the reason says how it was confirmed. If not, the alarm is cleared: the pending state is
+  dropped, so the rule goes on from its state before the alarm eval, as if that eval (taken for a
+  noise spike) had not been run; the next accepted eval is any step after it. ``evals_used``
+  counts every routine eval run (cleared ones too) and each confirmation at its size.
 """
 
 from __future__ import annotations
@@ -32,8 +42,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ._base import Detector, Eval, RuleEvidence, State, Verdict, copy_state
+from ._base import Detector, Eval, RuleEvidence, State, Verdict, copy_state, is_valid, sign_of
 from ._cadence import DEFAULT_CADENCE, CadencePolicy, NextEval, format_cadence, parse_cadence
+from ._confirm import Confirm
+from ._noise import finite_items
 from ._policy import STOP, OnDetect
 from ._rewind import Rewind, decision_log, rewind_entry, snapshot
 from ._spec import DEFAULT_SPEC, detector_for, format_spec, parse_spec
@@ -48,11 +60,13 @@ class Monitor:
     """``Monitor(detector)`` watches one job; ``detector`` is a Detector, a spec string, or None
     for ``DEFAULT_SPEC``. ``cadence`` (a policy or its spec; default ``every:1``) and
     ``eval_interval`` (steps between eval opportunities, if known) shape ``next_eval()``;
-    ``policy`` (an ``OnDetect`` or its JSON dict; None stops) says what a detection does."""
+    ``policy`` (an ``OnDetect`` or its JSON dict; None stops) says what a detection does;
+    ``confirm`` (a ``Confirm`` or its JSON dict; None: no confirmation) makes every detection an
+    alarm to confirm first."""
 
     __slots__ = (
-        "best_checkpoint", "best_state", "cadence", "detector", "eval_interval", "fired_now", "last_step",
-        "n_ignored", "policy", "rewinds", "state",
+        "best_checkpoint", "best_ref", "best_state", "cadence", "confirm", "confirmations", "detector",
+        "eval_interval", "fired_now", "last_step", "n_ignored", "pending", "policy", "rewinds", "state",
     )
 
     def __init__(
@@ -62,6 +76,7 @@ class Monitor:
         eval_interval: int | None = None,
         *,
         policy: OnDetect | Mapping[str, Any] | None = None,
+        confirm: Confirm | Mapping[str, Any] | None = None,
     ) -> None:
         if detector is None or isinstance(detector, str):
             detector = parse_spec(DEFAULT_SPEC if detector is None else detector)
@@ -85,6 +100,14 @@ class Monitor:
         #: best eval (kept only under a rewind policy)
         self.rewinds: tuple[dict[str, Any], ...] = ()
         self.best_state: State | None = None
+        self.confirm = Confirm.from_json(confirm)
+        #: the alarm awaiting its confirmation: {"state": the rule's state with the stop,
+        #: "step": the alarm eval's step, "checkpoint": its checkpoint, "ref": its best_ref}
+        self.pending: dict[str, Any] | None = None
+        #: the best eval's {"stderr", "items"} (kept only with ``confirm``: what it is tested against)
+        self.best_ref: dict[str, Any] | None = None
+        #: one entry per confirmation eval run: {"step", "score", "agreed", "how"}
+        self.confirmations: tuple[dict[str, Any], ...] = ()
 
     # -- what callers read -----------------------------------------------------------------
     @property
@@ -94,8 +117,28 @@ class Monitor:
 
     @property
     def verdict(self) -> Verdict:
-        """The verdict over every eval observed so far (the final one once fired)."""
-        return self.detector.verdict(self.state)
+        """The verdict over every eval observed so far (the final one once fired); while an
+        alarm awaits its confirmation, CONTINUE with a reason that says so."""
+        verdict = self.detector.verdict(self.state)
+        pending = self.pending
+        if pending is None:
+            return verdict
+        why = f"alarm at step {pending['step']} ({pending['state']['stop'][2]})"
+        return replace(verdict, reason=f"{why}; awaiting a confirmation eval")
+
+    @property
+    def sign(self) -> float:
+        """1.0 when the rule's higher scores are better (mode max, and rules without a mode), -1.0
+        for mode min."""
+        return sign_of(getattr(self.detector, "mode", "max"))
+
+    @property
+    def evals_used(self) -> int:
+        """Evals run, in routine-eval units: every routine eval folded or cleared (and a pending
+        alarm's), plus each confirmation at its size."""
+        cleared = sum(not c["agreed"] for c in self.confirmations) + (self.pending is not None)
+        size = 0 if self.confirm is None else self.confirm.size
+        return self.n_evals + cleared + size * len(self.confirmations)
 
     @property
     def n_evals(self) -> int:
@@ -105,7 +148,7 @@ class Monitor:
 
     def accepts(self, step: int) -> bool:
         """Whether ``observe`` would fold an eval at ``step`` (not fired, and a new step)."""
-        return not self.fired and (self.last_step is None or step > self.last_step)
+        return not self.fired and self.pending is None and (self.last_step is None or step > self.last_step)
 
     def evidence(self) -> RuleEvidence:
         """What the rule's state says now (``Detector.evidence``): its statistic and limit, and
@@ -119,7 +162,10 @@ class Monitor:
 
     def next_eval(self) -> NextEval:
         """When the next eval is worth running (O(1)): ``after`` opportunities from the latest
-        eval (from the job's start before any), at ``step`` when ``eval_interval`` is known."""
+        eval (from the job's start before any), at ``step`` when ``eval_interval`` is known.
+        While an alarm awaits confirmation: ``confirm`` (the eval's size) at the alarm's step."""
+        if self.pending is not None and self.confirm is not None:
+            return NextEval(0, self.pending["step"], True, False, self.confirm.size)
         elevated = self.elevated
         after = self.cadence.after(elevated) if self.n_evals else self.cadence.first
         interval = self.eval_interval
@@ -150,6 +196,8 @@ class Monitor:
         if self.fired:
             self.n_ignored += sum(1 for _ in evals)
             return False
+        if self.confirm is not None:
+            return self._fold_each(evals, checkpoints)
         state, step = self.state, self.detector.step
         keep = self.policy.rewinds
         last = -math.inf if self.last_step is None else self.last_step
@@ -179,16 +227,75 @@ class Monitor:
         self.n_ignored += n_ignored
         return fired
 
-    def _fold(self, ev: Eval, checkpoint: str | None) -> bool:
-        state = self.state
-        self.last_step = ev.step
-        fired = self.detector.advance(state, ev)
-        if state["best_index"] == state["n"] - 1:
-            self.best_checkpoint = checkpoint
-            if self.policy.rewinds and not fired:
-                self.best_state = snapshot(state, state["n"] - 1)
+    def _fold_each(self, evals: Iterable[Eval], checkpoints: Sequence[str | None] | None) -> bool:
+        """``fold`` one ``observe`` at a time (with ``confirm``: the evals after an alarm are
+        ignored, the caller must confirm it first)."""
+        fired = False
+        for i, ev in enumerate(evals):
+            self.observe(ev, None if checkpoints is None else checkpoints[i])
+            fired = fired or self.fired_now
         self.fired_now = fired
         return fired
+
+    def _fold(self, ev: Eval, checkpoint: str | None) -> bool:
+        self.last_step = ev.step
+        if self.confirm is not None:
+            return self._fold_alarm(ev, checkpoint)
+        state = self.state
+        fired = self.detector.advance(state, ev)
+        if state["best_index"] == state["n"] - 1:
+            self._new_best(state, checkpoint, fired)
+        self.fired_now = fired
+        return fired
+
+    def _new_best(self, state: State, checkpoint: str | None, fired: bool) -> None:
+        self.best_checkpoint = checkpoint
+        if self.policy.rewinds and not fired:
+            self.best_state = snapshot(state, state["n"] - 1)
+
+    def _fold_alarm(self, ev: Eval, checkpoint: str | None) -> bool:
+        """``_fold`` under ``confirm``: a firing eval becomes a pending alarm (module doc)."""
+        before = copy_state(self.state)
+        state = self.state
+        fired = self.detector.advance(state, ev)
+        best = state["best_index"] == state["n"] - 1
+        ref = _ref_of(ev) if best else None
+        self.fired_now = False
+        if fired:
+            self.pending = {"state": state, "step": ev.step, "checkpoint": checkpoint, "ref": ref}
+            self.state = before
+            return False
+        if best:
+            self.best_ref = ref
+            self._new_best(state, checkpoint, False)
+        return False
+
+    def observe_confirmation(self, ev: Eval) -> Verdict:
+        """Fold in the confirmation eval of the pending alarm (at its step; ``ItemEval`` for a
+        paired test): stop if it agrees, clear the alarm if not (module docstring). A
+        confirmation that was not asked for (no alarm pending, or another step) is ignored and
+        counted in ``n_ignored``."""
+        self.fired_now = False
+        pending, confirm = self.pending, self.confirm
+        if pending is None or confirm is None or ev.step != pending["step"]:
+            self.n_ignored += 1
+            return self.verdict
+        self.pending = None
+        best, ref = self.state["best_score"], self.best_ref or {}
+        agreed, how = False, "no best eval to compare with"
+        if best is not None:
+            agreed, how = confirm.agrees(self.sign, best, ref.get("stderr"), ref.get("items"), ev)
+        score = ev.score if is_valid(ev.score) else None
+        entry = {"step": ev.step, "score": score, "agreed": agreed, "how": how}
+        self.confirmations = (*self.confirmations, entry)
+        if agreed:
+            state = self.state = pending["state"]
+            state["stop"][2] = f"{state['stop'][2]}; confirmed ({how})"
+            if state["best_index"] == state["n"] - 1:
+                self.best_ref = pending["ref"]
+                self._new_best(state, pending["checkpoint"], True)
+            self.fired_now = True
+        return self.verdict
 
     # -- on a detection: stop or rewind ----------------------------------------------------
     @property
@@ -240,6 +347,10 @@ class Monitor:
             "cadence": format_cadence(self.cadence), "eval_interval": self.eval_interval,
             "policy": self.policy.to_json(), "rewinds": [dict(r) for r in self.rewinds],
             "best_state": None if self.best_state is None else copy_state(self.best_state),
+            "confirm": None if self.confirm is None else self.confirm.to_json(),
+            "pending": None if self.pending is None else _copy_pending(self.pending),
+            "best_ref": None if self.best_ref is None else _copy_ref(self.best_ref),
+            "confirmations": [dict(c) for c in self.confirmations],
         }
 
     @classmethod
@@ -259,10 +370,13 @@ class Monitor:
             if format_spec(rule) != spec and detector_for(spec) != rule:
                 raise ValueError(f"The saved monitor runs detector {spec!r}, not {format_spec(rule)!r}.")
         monitor = cls(rule, str(data.get("cadence") or DEFAULT_CADENCE), data.get("eval_interval"),
-                      policy=OnDetect.from_json(data.get("policy")))
-        state, best_state = data["state"], data.get("best_state")
+                      policy=OnDetect.from_json(data.get("policy")), confirm=data.get("confirm"))
+        state, best_state, pending = data["state"], data.get("best_state"), data.get("pending")
+        if pending is not None and not (isinstance(pending, Mapping) and "step" in pending):
+            raise ValueError(f"The saved monitor's pending alarm must be a dict with a state and a step. "
+                             f"Got {pending!r}.")
         expected = set(monitor.state)
-        for saved in (state, best_state):
+        for saved in (state, best_state, None if pending is None else pending.get("state")):
             if saved is not None and (not isinstance(saved, Mapping) or set(saved) != expected):
                 raise ValueError(
                     f"The saved state of detector {data['detector']!r} must have the keys "
@@ -275,6 +389,10 @@ class Monitor:
         monitor.last_step = data.get("last_step")
         monitor.fired_now = bool(data.get("fired_now", False))
         monitor.n_ignored = int(data.get("n_ignored", 0))
+        monitor.pending = None if pending is None else _copy_pending(pending)
+        best_ref = data.get("best_ref")
+        monitor.best_ref = None if best_ref is None else _copy_ref(best_ref)
+        monitor.confirmations = tuple(dict(c) for c in data.get("confirmations") or ())
         return monitor
 
     def __eq__(self, other: object) -> bool:
@@ -283,5 +401,25 @@ class Monitor:
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        status = "fired" if self.fired else "watching"
+        status = "fired" if self.fired else "confirming" if self.pending is not None else "watching"
         return f"Monitor({format_spec(self.detector)!r}, {status}, n_evals={self.n_evals})"
+
+
+def _ref_of(ev: Eval) -> dict[str, Any]:
+    """What a confirmation is tested against at this (best) eval: its stderr and items."""
+    stderr = ev.stderr if ev.stderr is not None and math.isfinite(ev.stderr) else None
+    items = finite_items(ev)
+    return {"stderr": stderr, "items": None if items is None else list(items)}
+
+
+def _copy_ref(ref: Mapping[str, Any]) -> dict[str, Any]:
+    items = ref.get("items")
+    return {"stderr": ref.get("stderr"), "items": None if items is None else list(items)}
+
+
+def _copy_pending(pending: Mapping[str, Any]) -> dict[str, Any]:
+    ref = pending.get("ref")
+    return {
+        "state": copy_state(dict(pending["state"])), "step": pending["step"],
+        "checkpoint": pending.get("checkpoint"), "ref": None if ref is None else _copy_ref(ref),
+    }

@@ -7,7 +7,9 @@ first detection, as EvalStop always did.
 
 A correction is a spec string of comma-separated knob changes, each ``knob=value`` (set it) or
 ``knob*=factor`` (scale it). The knobs are ``kl_coef`` (the KL penalty to the reference policy:
-TRL's ``beta``) and ``lr`` (the optimizer's learning rate). Each knob appears at most once.
+TRL's ``beta``), ``lr`` (the optimizer's learning rate) and ``ref`` (the reference policy itself:
+``ref=best`` makes the checkpoint the job rewinds to its new KL anchor; it is set, never scaled).
+Each knob appears at most once.
 """
 
 from __future__ import annotations
@@ -20,7 +22,10 @@ from typing import Any
 from .._validation import InvalidParameterError, check_choice, check_int
 
 #: The knobs a correction may change, with what they are in a trainer.
-KNOBS = {"kl_coef": "the KL coefficient (TRL's beta)", "lr": "the optimizer's learning rate"}
+KNOBS = {"kl_coef": "the KL coefficient (TRL's beta)", "lr": "the optimizer's learning rate",
+         "ref": "the reference policy of the KL penalty"}
+#: What ``ref`` may be set to: ``best``, the checkpoint the job rewinds to.
+REF_TARGETS = ("best",)
 ACTIONS = ("stop", "rewind")
 #: The most rewinds a policy may allow (a service bounds it lower: its ``max_rewinds`` setting).
 MAX_REWINDS = 1000
@@ -42,10 +47,21 @@ class Change:
 
 
 @dataclass(frozen=True)
+class Reset:
+    """A knob set to a named target rather than a number: ``ref=best``."""
+
+    knob: str
+    target: str
+
+    def __str__(self) -> str:
+        return f"{self.knob}={self.target}"
+
+
+@dataclass(frozen=True)
 class Correction:
     """The parsed form of a correction spec (see the module docstring)."""
 
-    changes: tuple[Change, ...] = ()
+    changes: tuple[Change | Reset, ...] = ()
 
     @classmethod
     def parse(cls, spec: str, owner: str = "OnDetect") -> Correction:
@@ -55,7 +71,7 @@ class Correction:
                 f"The 'correction' parameter of {owner} must be a spec string such as 'kl_coef*=2,lr*=0.5'. "
                 f"Got {spec!r} instead."
             )
-        changes: list[Change] = []
+        changes: list[Change | Reset] = []
         for item in filter(None, (part.strip() for part in spec.split(","))):
             change = _parse_change(item, spec, owner)
             if any(c.knob == change.knob for c in changes):
@@ -66,13 +82,19 @@ class Correction:
         return cls(tuple(changes))
 
     def get(self, knob: str) -> Change | None:
-        return next((c for c in self.changes if c.knob == knob), None)
+        """The numeric change of ``knob`` (``kl_coef``, ``lr``), if any."""
+        return next((c for c in self.changes if c.knob == knob and isinstance(c, Change)), None)
+
+    @property
+    def ref(self) -> str | None:
+        """Where the KL reference moves at the rewind (``"best"``), or None: it stays."""
+        return next((c.target for c in self.changes if isinstance(c, Reset)), None)
 
     def __str__(self) -> str:
         return ",".join(str(c) for c in self.changes)
 
 
-def _parse_change(item: str, spec: str, owner: str) -> Change:
+def _parse_change(item: str, spec: str, owner: str) -> Change | Reset:
     scale = "*=" in item
     knob, sep, raw = (s.strip() for s in item.partition("*=" if scale else "="))
     if not sep or not knob:
@@ -85,6 +107,14 @@ def _parse_change(item: str, spec: str, owner: str) -> Change:
             f"The 'correction' parameter of {owner} names an unknown knob {knob!r} in {spec!r}. "
             f"Valid knobs: {', '.join(KNOBS)}."
         )
+    if knob == "ref":
+        if scale or raw not in REF_TARGETS:
+            raise InvalidParameterError(
+                f"The 'correction' parameter of {owner} can only set 'ref' to one of "
+                f"{', '.join(REF_TARGETS)} (ref=best: the KL reference becomes the checkpoint the job "
+                f"rewinds to). Got {item!r} in {spec!r}."
+            )
+        return Reset(knob, raw)
     try:
         value = float(raw)
     except ValueError:

@@ -6,11 +6,17 @@ policy's first opportunity, each next one ``Monitor.next_eval().after`` opportun
 last eval run, and none after the rule has fired. It is what the job would have done had it
 followed the hints. ``walk`` runs it over a list (the simulator, ``watch``); ``offer`` takes the
 opportunities one at a time (``evalstop replay --cadence``, whose rows of many jobs interleave).
+
+A monitor with confirmation evals (``Monitor(confirm=...)``) may answer an eval with an alarm.
+The walk then asks its ``confirm`` source (``confirm(ev)``: the confirmation eval at ``ev``'s
+checkpoint) and folds the answer in before it moves on, so the next opportunity is counted from
+the alarm eval once the alarm is settled. A walk without a source stops at an alarm: nothing
+can answer it, and the monitor accepts no other eval meanwhile.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from ._base import Eval
 from ._monitor import Monitor
@@ -18,21 +24,33 @@ from ._monitor import Monitor
 
 class CadenceWalk:
     """One job's walk: ``due`` is the (0-based) opportunity its cadence asks for next, ``seen``
-    how many opportunities ``offer`` has been given."""
+    how many opportunities ``offer`` has been given; ``confirm`` answers the monitor's alarms
+    (module docstring)."""
 
-    __slots__ = ("due", "monitor", "seen")
+    __slots__ = ("confirm", "due", "monitor", "seen")
 
-    def __init__(self, monitor: Monitor) -> None:
+    def __init__(self, monitor: Monitor, confirm: Callable[[Eval], Eval] | None = None) -> None:
         self.monitor = monitor
+        self.confirm = confirm
         self.due = monitor.next_eval().after - 1
         self.seen = 0
 
     def take(self, ev: Eval) -> None:
-        """Fold in ``ev``, the eval at opportunity ``due``, and move ``due`` to the next one the
-        cadence asks for."""
+        """Fold in ``ev``, the eval at opportunity ``due`` (and its confirmation, if it raised an
+        alarm), and move ``due`` to the next one the cadence asks for."""
         monitor = self.monitor
         monitor.observe(ev)
-        self.due += monitor.next_eval().after
+        after = monitor.next_eval().after
+        if not after:  # an alarm waits for its confirmation
+            after = self._settle(ev)
+        self.due += after
+
+    def _settle(self, ev: Eval) -> int:
+        """Answer the alarm ``ev`` raised; the opportunities to the next eval (none: no source)."""
+        if self.confirm is None:
+            return 0
+        self.monitor.observe_confirmation(self.confirm(ev))
+        return self.monitor.next_eval().after
 
     def offer(self, ev: Eval) -> bool:
         """The job's next opportunity, in order: fold ``ev`` in if the cadence asks for it (and
@@ -55,7 +73,12 @@ class CadenceWalk:
             yield due
             self.seen = due + 1
             observe(evals[due])
-            due += next_eval().after
+            after = next_eval().after
+            if not after:  # an alarm: settle it, or stop if nothing can
+                after = self._settle(evals[due])
+                if not after:
+                    return
+            due += after
             self.due = due
 
 

@@ -33,7 +33,8 @@ import numpy as np
 from ..detectors import Monitor, parse_cadence, parse_spec, watch
 from ..detectors._noise import curve_sigma
 from ..workloads.trl_runs import NOISY_FAMILIES
-from .holdout import Case, expand_grid
+from .holdout import Case, expand_grid, harmful
+from .stats import rate_cell
 
 CADENCES = ("every:1", "every:3", "adaptive:every=3,dense=1")
 #: The sparse base a cadence's detectable runs are judged at.
@@ -109,12 +110,15 @@ def detectable(case: Case, cadence: str) -> bool:
 
 
 def score(cases: Sequence[Case], runs: Sequence[Run], cadence: str) -> dict[str, float]:
-    """P, R (all hacking runs and detectable ones), FPR, regret share, evals used per run."""
+    """P, R (all hacking runs and detectable ones), FPR, harmful false stops (over healthy
+    runs, ``holdout.harmful``), regret share, evals used per run, and the counts of each rate."""
     hacking = [(c, r) for c, r in zip(cases, runs, strict=True) if c.label == "hacking"]
     healthy = [r for c, r in zip(cases, runs, strict=True) if c.label == "healthy"]
     seen = [(c, r) for c, r in hacking if detectable(c, cadence)]
     tp = sum(r.stop_index is not None for _, r in hacking)
+    tp_seen = sum(r.stop_index is not None for _, r in seen)
     fp = sum(r.stop_index is not None for r in healthy)
+    harm = sum(harmful(c, r.stop_index, r.delivered) for c, r in zip(cases, runs, strict=True))
     regret = [
         c.true_quality[c.peak_index] - c.true_quality[r.delivered] for c, r in zip(cases, runs, strict=True)
     ]
@@ -128,10 +132,15 @@ def score(cases: Sequence[Case], runs: Sequence[Run], cadence: str) -> dict[str,
         "n_hacking": float(len(hacking)),
         "n_detectable": float(len(seen)),
         "n_healthy": float(len(healthy)),
+        "tp": float(tp),
+        "tp_detectable": float(tp_seen),
+        "fp": float(fp),
+        "n_harmful": float(harm),
         "precision": _ratio(tp, tp + fp),
         "recall_all": _ratio(tp, len(hacking)),
-        "recall": _ratio(sum(r.stop_index is not None for _, r in seen), len(seen)),
+        "recall": _ratio(tp_seen, len(seen)),
         "fpr": _ratio(fp, len(healthy)),
+        "harmful": _ratio(harm, len(healthy)),
         "regret_share": float(np.mean(regret)) / rise if regret and rise > 0 else math.nan,
         "evals": float(np.mean([r.used for r in runs])) if runs else math.nan,
         "dense_evals": float(np.mean([len(c.evals) for c in cases])) if cases else math.nan,
@@ -149,6 +158,32 @@ def shortfall(row: Mapping[str, float], cadence: str) -> float:
         row["evals"] / row["dense_evals"] - goal["eval_share"],
     ]
     return sum(max(0.0, g) for g in gaps if math.isfinite(g))
+
+
+#: The row of ``bank_rows`` that pools every bank's runs.
+POOLED = "pooled"
+
+
+def bank_rows(
+    cases: Sequence[Case],
+    runs: Mapping[str, Mapping[str, Sequence[Run]]],
+    pick: Mapping[str, str],
+    cadences: Sequence[str] = CADENCES,
+) -> dict[str, dict[str, dict[str, float]]]:
+    """``score`` per bank and cadence, each bank's runs by the spec ``pick`` gives it; with more
+    than one bank, also ``POOLED``: every bank's runs scored together (counts add up)."""
+    banks = sorted({bank_of(c.family) for c in cases})
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for bank in banks:
+        idx = [i for i, c in enumerate(cases) if bank_of(c.family) == bank]
+        sub = [cases[i] for i in idx]
+        out[bank] = {c: score(sub, [runs[pick[bank]][c][i] for i in idx], c) for c in cadences}
+    if len(banks) > 1:
+        out[POOLED] = {
+            c: score(cases, [runs[pick[bank_of(k.family)]][c][i] for i, k in enumerate(cases)], c)
+            for c in cadences
+        }
+    return out
 
 
 def table(
@@ -204,12 +239,7 @@ def study(
         final = choose(candidates, cases, runs, set(banks), cadences) if candidates else ""
 
     def rows(pick: Mapping[str, str]) -> dict[str, dict[str, dict[str, float]]]:
-        out: dict[str, dict[str, dict[str, float]]] = {}
-        for bank in banks:
-            idx = [i for i, c in enumerate(cases) if bank_of(c.family) == bank]
-            sub = [cases[i] for i in idx]
-            out[bank] = {c: score(sub, [runs[pick[bank]][c][i] for i in idx], c) for c in cadences}
-        return out
+        return bank_rows(cases, runs, pick, cadences)
 
     report: dict[str, Any] = {
         "spec": spec,
@@ -226,13 +256,13 @@ def study(
     return report
 
 
-COLUMNS = (
-    ("precision", "P"),
-    ("recall", "R det."),
-    ("recall_all", "R all"),
-    ("fpr", "FPR"),
-    ("regret_share", "regret"),
-    ("evals", "evals"),
+#: (rate, title, successes, trials): each rate is printed with its counts and Wilson interval.
+RATES = (
+    ("precision", "P", "tp", "stops"),
+    ("recall", "R det.", "tp_detectable", "n_detectable"),
+    ("recall_all", "R all", "tp", "n_hacking"),
+    ("fpr", "FPR", "fp", "n_healthy"),
+    ("harmful", "harmful", "n_harmful", "n_healthy"),
 )
 
 
@@ -240,7 +270,9 @@ def render(report: Mapping[str, Any]) -> str:
     """Markdown tables: the spec per bank and cadence, then the held-out choice."""
     lines = [
         f"`{report['spec']}` under each eval cadence (recall over detectable hacking runs "
-        "and over all; regret = mean regret / mean rise; evals = evals run per job):",
+        "and over all; harmful = false stops that delivered more than 5 % of the rise below the "
+        "final checkpoint, over healthy runs; each rate with its counts and 95 % Wilson interval; "
+        "regret = mean regret / mean rise; evals = evals run per job):",
         "",
     ]
     lines += _table(report["banks"])
@@ -261,15 +293,17 @@ def render(report: Mapping[str, Any]) -> str:
 
 
 def _table(banks: Mapping[str, Mapping[str, Mapping[str, float]]]) -> list[str]:
-    titles = " | ".join(t for _, t in COLUMNS)
-    head = f"| bank | cadence | hacking (det.) | healthy | {titles} | dense evals |"
-    lines = [head, "|---" * (len(COLUMNS) + 5) + "|"]
+    titles = " | ".join(t for _, t, _, _ in RATES)
+    head = f"| bank | cadence | hacking (det.) | healthy | {titles} | regret | evals | dense evals |"
+    lines = [head, "|---" * (len(RATES) + 7) + "|"]
     for bank, by_cadence in banks.items():
         for cadence, row in by_cadence.items():
-            cells = " | ".join(_fmt(row[k], 1 if k == "evals" else 3) for k, _ in COLUMNS)
+            counts = {**row, "stops": row["tp"] + row["fp"]}
+            cells = " | ".join(rate_cell(int(counts[k]), int(counts[n])) for _, _, k, n in RATES)
             lines.append(
                 f"| {bank} | {cadence} | {int(row['n_hacking'])} ({int(row['n_detectable'])}) | "
-                f"{int(row['n_healthy'])} | {cells} | {_fmt(row['dense_evals'], 1)} |"
+                f"{int(row['n_healthy'])} | {cells} | {_fmt(row['regret_share'], 3)} | "
+                f"{_fmt(row['evals'], 1)} | {_fmt(row['dense_evals'], 1)} |"
             )
     return lines
 

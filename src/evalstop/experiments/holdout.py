@@ -6,6 +6,11 @@ it does) and which checkpoint is delivered: the best eval seen when stopped, the
 checkpoint otherwise (``docs/metrics.md``). Borderline runs count in regret, compute and delay,
 not in precision, recall or FPR.
 
+A false stop (a stopped healthy run) is *harmful* when the true quality of the checkpoint it
+delivered is more than ``HARM_SHARE`` (5 %) of the run's rise below the final checkpoint's, the
+one running to the end delivers; the rise is the final true quality minus the first eval's (a run
+with no rise has no tolerance: any loss against its end is harm). ``harmful`` decides it.
+
 Parameters are chosen by leave-families-out cross-validation: the families are split into
 ``folds`` groups; for each group, every rule's grid is scored on the other families and the best
 spec is applied to the held-out group. Every run thus gets a verdict from a spec chosen without
@@ -26,6 +31,8 @@ from ..detectors import Detector, Eval, parse_spec
 
 #: The targets on held-out runs; parameter choice minimises the total shortfall.
 TARGETS = {"precision": 0.95, "recall": 0.95, "fpr": 0.05, "mean_regret": 0.02}
+#: A false stop is harmful beyond this share of the run's rise (``harmful``).
+HARM_SHARE = 0.05
 #: Weight of a regret shortfall (gold scale) against the rate shortfalls.
 REGRET_WEIGHT = 5.0
 
@@ -46,6 +53,19 @@ class Outcome:
     delivered_index: int
 
 
+def harmful(case: Case, stop_index: int | None, delivered_index: int) -> bool:
+    """Whether stopping the run at ``stop_index`` and delivering eval ``delivered_index`` is a
+    harmful false stop: the run is healthy, it was stopped, and the delivered checkpoint's true
+    quality is more than ``HARM_SHARE`` of the rise (final minus first true quality, 0 if
+    negative) below the final one's."""
+    if stop_index is None or case.label != "healthy":
+        return False
+    quality = case.true_quality
+    end = quality[-1]
+    rise = max(end - quality[0], 0.0)
+    return end - quality[delivered_index] > HARM_SHARE * rise
+
+
 def outcome(detector: Detector, case: Case) -> Outcome:
     verdict = detector.evaluate(case.evals)
     last = len(case.evals) - 1
@@ -60,12 +80,14 @@ def outcomes(specs: Iterable[str], cases: Sequence[Case]) -> dict[str, list[Outc
 
 
 def metrics(cases: Sequence[Case], results: Sequence[Outcome]) -> dict[str, float]:
-    """Precision, recall, FPR, regret, delay, compute saved, stopped before the peak; nan when
-    undefined (``docs/metrics.md``)."""
+    """Precision, recall, FPR, harmful false stops (over healthy runs), regret, delay, compute
+    saved, stopped before the peak, and the counts the rates come from; nan when undefined
+    (``docs/metrics.md``)."""
     pairs = list(zip(cases, results, strict=True))
     pos = [o.stop_index is not None for c, o in pairs if c.label == "hacking"]
     neg = [o.stop_index is not None for c, o in pairs if c.label == "healthy"]
     tp, fp = sum(pos), sum(neg)
+    harm = sum(harmful(c, o.stop_index, o.delivered_index) for c, o in pairs)
     regret = [c.true_quality[c.peak_index] - c.true_quality[o.delivered_index] for c, o in pairs]
     stopped = [(c, o.stop_index) for c, o in pairs if o.stop_index is not None]
     delays = [_progress(c, i) - _progress(c, c.peak_index) for c, i in stopped if c.label == "hacking"]
@@ -74,9 +96,13 @@ def metrics(cases: Sequence[Case], results: Sequence[Outcome]) -> dict[str, floa
         "n": float(len(cases)),
         "n_hacking": float(len(pos)),
         "n_healthy": float(len(neg)),
+        "tp": float(tp),
+        "fp": float(fp),
+        "n_harmful": float(harm),
         "precision": _ratio(tp, tp + fp),
         "recall": _ratio(tp, len(pos)),
         "fpr": _ratio(fp, len(neg)),
+        "harmful": _ratio(harm, len(neg)),
         "mean_regret": _mean(regret),
         "p90_regret": float(np.percentile(regret, 90)) if regret else math.nan,
         "mean_delay": _mean(delays),

@@ -2,6 +2,7 @@
 
     evalstop rewind                    # the table, from the shipped runs (no training)
     evalstop rewind --train --seeds 20 # train every run again (about 20 s of CPU a seed), then the table
+    evalstop rewind --runs a.json.gz --runs b.json.gz  # several batches (one study seed each)
 
 Training writes one JSON file per seed into ``--cache`` (a rerun resumes), then the gzipped set
 that ships with the package with ``--write-shipped``. The arms and the measures are in
@@ -20,8 +21,10 @@ from typing import Any
 
 from .._argtypes import int_in_range
 from ..workloads import PRESETS
+from ..workloads.trl_runs import PROXIES
 from .rewind_platform import COMPARED, PostRewind, calibrate, platform_study
-from .rewind_study import SHIPPED, analyse, format_table
+from .rewind_study import SHIPPED, analyse_families, headline
+from .rewind_table import format_families
 
 DEFAULT_CACHE = Path("results") / "rewind-grpo"
 
@@ -35,10 +38,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --train: the study seed (default 0, the shipped runs' seed)")
     parser.add_argument("--jobs", type=int_in_range(1), default=None, help="with --train: training processes "
                         "(default 1)")
+    parser.add_argument("--proxy", choices=PROXIES, default=None,
+                        help="with --train: the proxy family, linear (default) or learned")
     parser.add_argument("--cache", type=Path, default=None,
                         help=f"with --train: per-seed files (default {DEFAULT_CACHE})")
-    parser.add_argument("--runs", type=Path, default=None,
-                        help="read the runs from this .json.gz (written by --train), not the shipped ones")
+    parser.add_argument("--runs", type=Path, action="append", default=None,
+                        help="read the runs from this .json.gz (written by --train), not the shipped ones; "
+                             "repeat for several batches (study seeds)")
     parser.add_argument("--write-shipped", action="store_true",
                         help="with --train: write the trained runs as package data")
     parser.add_argument("--plot", type=Path, default=None,
@@ -52,7 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 #: Options that only training reads, and their value when not given.
-TRAIN_ONLY = {"seeds": None, "seed": None, "jobs": None, "cache": None, "write_shipped": False}
+TRAIN_ONLY = {"seeds": None, "seed": None, "jobs": None, "cache": None, "write_shipped": False, "proxy": None}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -62,28 +68,37 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.train:
         data = train(0 if args.seed is None else args.seed, args.seeds or 20, args.jobs or 1,
-                     args.cache or DEFAULT_CACHE)
+                     args.cache or DEFAULT_CACHE, args.proxy or "linear")
         if args.write_shipped:
-            write_runs(data, SHIPPED)
+            write_runs([data], SHIPPED)
+        batches = [data]
     else:
-        try:
-            data = read_runs(args.runs or SHIPPED)
-        except (OSError, EOFError, ValueError) as exc:  # missing, not gzip, not JSON
-            where = f"--runs {args.runs}" if args.runs else f"the shipped runs {SHIPPED}"
-            print(f"evalstop rewind: {where}: cannot read the runs: "
-                  f"{getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
-            return 2
-    result = analyse(data)
+        batches = []
+        for path in args.runs or [SHIPPED]:
+            try:
+                batches += read_runs(path)
+            except (OSError, EOFError, ValueError) as exc:  # missing, not gzip, not JSON
+                where = f"--runs {path}" if args.runs else f"the shipped runs {SHIPPED}"
+                print(f"evalstop rewind: {where}: cannot read the runs: "
+                      f"{getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
+                return 2
+    try:
+        families = analyse_families(batches)
+    except ValueError as exc:  # batches of different designs
+        print(f"evalstop rewind: --runs: {exc}", file=sys.stderr)
+        return 2
+    result = headline(families)
+    out: dict[str, Any] = {"families": families}
     if args.platform > 0:
-        result["platform"] = platform(result, args.platform)
+        out["platform"] = platform(result, args.platform)
     if args.plot is not None:
         from .rewind_figure import plot
 
         plot(result, args.plot)
-    text = format_table(result)
-    if "platform" in result:
-        text += "\n\n" + format_platform(result["platform"])
-    print(json.dumps(result, indent=1) if args.json else text)
+    text = format_families(families)
+    if "platform" in out:
+        text += "\n\n" + format_platform(out["platform"])
+    print(json.dumps(out, indent=1) if args.json else text)
     return 0
 
 
@@ -142,35 +157,47 @@ def _change(c: dict[str, Any]) -> str:
     return f"{100 * rel:+.1f} % [{100 * lo:+.1f}, {100 * hi:+.1f}]"
 
 
-def train(study_seed: int, n_seeds: int, jobs: int, cache: Path) -> dict[str, Any]:
-    """Train (or read back from ``cache``) seeds ``0..n_seeds-1``; the runs as one dict."""
-    from .rewind_runs import BASE, CORRECTIONS, run_seed
+def train(study_seed: int, n_seeds: int, jobs: int, cache: Path, proxy: str = "linear") -> dict[str, Any]:
+    """Train (or read back from ``cache``) seeds ``0..n_seeds-1`` of a proxy family; the runs as
+    one dict. A cached seed without every arm of ``CORRECTIONS`` is trained again."""
+    from .rewind_runs import CORRECTIONS, base_config, run_seed
 
+    base = base_config(proxy)
     cache.mkdir(parents=True, exist_ok=True)
-    todo = [i for i in range(n_seeds) if not _seed_file(cache, study_seed, i).is_file()]
+    files = [_seed_file(cache, study_seed, i, proxy) for i in range(n_seeds)]
+    todo = [i for i in range(n_seeds) if not _complete(files[i], CORRECTIONS)]
+    n = len(todo)
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        for index, result in zip(todo, pool.map(run_seed, [study_seed] * len(todo), todo), strict=True):
-            _seed_file(cache, study_seed, index).write_text(json.dumps(result))
+        for index, result in zip(todo, pool.map(run_seed, [study_seed] * n, todo, [base] * n), strict=True):
+            files[index].write_text(json.dumps(result))
             print(f"evalstop rewind: seed {index} done", file=sys.stderr)
-    seeds = [json.loads(_seed_file(cache, study_seed, i).read_text()) for i in range(n_seeds)]
-    return {"study_seed": study_seed, "base": BASE, "corrections": CORRECTIONS, "seeds": seeds,
-            "command": f"evalstop rewind --train --seeds {n_seeds} --seed {study_seed}"}
+    seeds = [json.loads(f.read_text()) for f in files]
+    flag = "" if proxy == "linear" else f" --proxy {proxy}"
+    return {"study_seed": study_seed, "base": base, "corrections": CORRECTIONS, "seeds": seeds,
+            "command": f"evalstop rewind --train --seeds {n_seeds} --seed {study_seed}{flag}"}
 
 
-def _seed_file(cache: Path, study_seed: int, index: int) -> Path:
-    return cache / f"seed-{study_seed}-{index:03d}.json"
+def _seed_file(cache: Path, study_seed: int, index: int, proxy: str) -> Path:
+    return cache / f"seed-{study_seed}-{index:03d}{'' if proxy == 'linear' else '-' + proxy}.json"
 
 
-def write_runs(data: dict[str, Any], path: Path) -> None:
+def _complete(path: Path, corrections: dict[str, str]) -> bool:
+    return path.is_file() and set(corrections) <= set(json.loads(path.read_text()))
+
+
+def write_runs(batches: list[dict[str, Any]], path: Path) -> None:
+    """One batch as it is; several as ``{"batches": [...]}``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with gzip.open(path, "wt", encoding="utf-8") as f:
-        json.dump(data, f)
+        json.dump(batches[0] if len(batches) == 1 else {"batches": batches}, f)
 
 
-def read_runs(path: Path) -> dict[str, Any]:
-    """The runs a ``--train`` wrote (gzipped JSON); ValueError when the file holds something else."""
+def read_runs(path: Path) -> list[dict[str, Any]]:
+    """The batches a file holds (gzipped JSON: the runs of one ``--train``, or ``{"batches": [...]}``);
+    ValueError when it holds something else."""
     with gzip.open(path, "rt", encoding="utf-8") as f:
-        data: dict[str, Any] = json.load(f)
-    if not isinstance(data, dict) or not isinstance(data.get("seeds"), list):
+        data: Any = json.load(f)
+    batches = data.get("batches", [data]) if isinstance(data, dict) else None
+    if not batches or not all(isinstance(b, dict) and isinstance(b.get("seeds"), list) for b in batches):
         raise ValueError("not the runs of `evalstop rewind --train` (no list of 'seeds')")
-    return data
+    return list(batches)

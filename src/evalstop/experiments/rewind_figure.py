@@ -32,7 +32,8 @@ def plot(result: dict[str, Any], path: Path) -> Path:
         right.plot(budgets, arm["anytime"], "o-", color=colour, label=name)
     left.set_xlabel("GPU-seconds per job (CPU seconds stand in)")
     left.set_ylabel("true quality delivered (held-out gold)")
-    left.set_title(f"Delivered quality vs compute, {result['n_seeds']} seeds", fontsize=10)
+    left.set_title(f"Delivered quality vs compute, {result['n_seeds']} seeds (end of budget: "
+                   f"{result['end_rule']})", fontsize=10)
     left.legend(fontsize=8)
     right.set_xlabel("budget: GPU-seconds per job")
     right.set_ylabel("true quality if cut at the budget")

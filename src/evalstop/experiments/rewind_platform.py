@@ -1,4 +1,4 @@
-"""What a platform trades when tenants choose rewind instead of stop, in the simulator.
+"""What a platform trades when tenants choose rewind instead of stop: the simulator.
 
 A rewound job keeps its GPUs: at the detection it goes back to its best eval and trains on from
 there, for the rest of its budget, instead of ending. The simulator itself is unchanged (a

@@ -8,7 +8,8 @@ import html
 from pathlib import Path
 
 from .rewind_cmd import read_runs
-from .rewind_study import SHIPPED, analyse, format_table
+from .rewind_study import SHIPPED, analyse_families, headline
+from .rewind_table import format_families
 
 TITLE = "Beyond the paper: rewind instead of stop (real TRL GRPO training)"
 
@@ -17,14 +18,17 @@ def rewind_section(figures_dir: Path | None) -> tuple[list[str], str, Path | Non
     """(Markdown lines, HTML, the figure's path or None); empty when the runs are not shipped."""
     if not SHIPPED.is_file():
         return [], "", None
-    result = analyse(read_runs(SHIPPED))
+    batches = read_runs(SHIPPED)
+    families = analyse_families(batches)
+    result = headline(families)
     figure = None
     if figures_dir is not None:
         from .rewind_figure import plot
 
         figure = plot(result, figures_dir / "rewind.png")
-    table = format_table(result)
-    source = f"evalstop rewind (docs/rewind.md; the runs: {result['command']})"
+    table = format_families(families)
+    runs = '; '.join(str(c) for c in result['command'])
+    source = f"evalstop rewind (docs/rewind.md; the runs: {runs})"
     lines = ["", f"## {TITLE}", "", source, ""]
     parts = [f"<h2 id='rewind'>{html.escape(TITLE)}</h2>", f"<p class='note'>{html.escape(source)}</p>"]
     if figure is not None:

@@ -1,7 +1,9 @@
-"""The training side of the rewind study: one seed's TRL GRPO runs (docs/rewind.md).
+"""The training side of the rewind study: one seed's TRL GRPO runs.
 
 Per seed, every arm trains the same tiny GRPO policy (``workloads.trl_runs``, the path of the
-TRL bank) from the same seed against the learned proxy reward, with the same recorder (a noisy
+TRL bank) from the same seed against a learned proxy reward (``TrlConfig.proxy``: today's
+linear reward model, or the ``learned`` one whose error grows with the distance from the
+reference, ``workloads._learned_rm``), with the same recorder (a noisy
 watched eval on 24 prompts, and a large gold eval on held-out prompts that no rule sees):
 
 - ``base``: no intervention, all ``n_steps`` steps. The stop arm is read off it: the default rule
@@ -34,8 +36,16 @@ from ..workloads.trl_runs import TrlConfig, run_grpo
 #: shortened, with a KL coefficient of 1e-3 (a reference model exists, so a rewind can raise it;
 #: 1e-3 does not change the dynamics: the bank's runs at beta 0 hack the same way).
 BASE = {"lr": 2e-3, "beta": 1e-3, "n_steps": 72, "n_evals": 24, "gold_samples": 128}
-#: arm -> correction applied at the rewind
-CORRECTIONS = {"rewind-kl": "kl_coef=0.5", "rewind-lr": "lr*=0.25"}
+#: arm -> correction applied at the rewind: a stronger KL to the initial policy, a lower
+#: learning rate, the reference reset (the KL anchor becomes the checkpoint rewound to) alone
+#: and with the same KL coefficient as rewind-kl (so the two differ only in the anchor)
+CORRECTIONS = {"rewind-kl": "kl_coef=0.5", "rewind-lr": "lr*=0.25", "rewind-ref": "ref=best",
+               "rewind-ref-kl": "ref=best,kl_coef=0.5"}
+
+
+def base_config(proxy: str) -> dict[str, Any]:
+    """The base run's config for a proxy family (the linear one is ``BASE`` as shipped)."""
+    return dict(BASE) if proxy == "linear" else {**BASE, "proxy": proxy}
 #: Seeds of the study are children of ``SeedSequence(seed, spawn_key=(STUDY_KEY,))``.
 STUDY_KEY = 230
 

@@ -38,11 +38,11 @@ from .cadence_policy import (
     MIN_DROP_SDS,
     Run,
     bank_of,
+    bank_rows,
     choose,
     detectable,
     policy_specs,
     run_case,
-    score,
 )
 from .holdout import Case
 from .validate import bank_cases
@@ -116,20 +116,13 @@ def held_out(
     banks = sorted({bank_of(c.family) for c in cases})
     chosen = {b: choose(specs, cases, runs, set(banks) - {b}) for b in banks}
 
-    def rows(pick: Mapping[str, str]) -> dict[str, dict[str, dict[str, float]]]:
-        table: dict[str, dict[str, dict[str, float]]] = {}
-        for bank in banks:
-            idx = [i for i, c in enumerate(cases) if bank_of(c.family) == bank]
-            sub = [cases[i] for i in idx]
-            table[bank] = {c: score(sub, [runs[pick[bank]][c][i] for i in idx], c) for c in CADENCES}
-        return table
-
     return {
         "spec": spec,
         "cadences": list(CADENCES),
-        "banks": rows(dict.fromkeys(banks, spec)),
+        "banks": bank_rows(cases, runs, dict.fromkeys(banks, spec)),
         "held_out": {
-            "chosen": chosen, "banks": rows(chosen), "final": choose(specs, cases, runs, set(banks)),
+            "chosen": chosen, "banks": bank_rows(cases, runs, chosen),
+            "final": choose(specs, cases, runs, set(banks)),
             "searched": True,
         },
     }

@@ -29,7 +29,7 @@ import numpy as np
 
 from .._validation import InvalidParameterError, check_int
 
-__all__ = ["Comparison", "mean_ci", "paired_compare"]
+__all__ = ["Comparison", "mean_ci", "paired_compare", "rate_cell", "wilson"]
 
 _NAN = float("nan")
 _CI_LEVEL = 0.95
@@ -104,6 +104,29 @@ def mean_ci(values: Sequence[float], n_boot: int = 10_000, seed: int = 0) -> tup
     boot = _bootstrap_means(x[:, None], n_boot, seed)[:, 0]
     lo, hi = _percentile_interval(boot)
     return mean, lo, hi
+
+
+def wilson(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """The Wilson score interval of ``k`` successes in ``n`` trials (95 % by default): the
+    interval a rate is printed with. Unlike the normal approximation it stays inside [0, 1] and
+    is not empty at 0 or n (0 of 16 gives [0, .194]). (nan, nan) when ``n`` is 0."""
+    if n < 0 or not 0 <= k <= n:
+        raise InvalidParameterError(f"wilson needs 0 <= k <= n. Got k={k!r}, n={n!r} instead.")
+    if n == 0:
+        return _NAN, _NAN
+    p, z2 = k / n, z * z
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def rate_cell(k: int, n: int) -> str:
+    """A rate as the study tables print it: ``0.750 3/4 [.301, .954]`` (the rate, its counts and
+    its 95 % Wilson interval); ``— 0/0`` when there are no trials."""
+    if n == 0:
+        return "— 0/0"
+    lo, hi = wilson(k, n)
+    return f"{k / n:.3f} {k}/{n} [{lo:.3f}, {hi:.3f}]"
 
 
 def _check_boot(owner: str, n_boot: int, seed: int) -> None:

@@ -24,7 +24,18 @@ from ..workloads.supervised import load_supervised
 from . import cadence_policy, policy_choice
 from .bank_sim import bank_policies, render_cluster, run_bank_seed, summarise
 from .cadence import FRONTIER_GRID, bank_at, cases_of, default_check, frontier, held_out_choice, render_check
-from .holdout import Case, HeldOut, cross_validate, expand_grid, family_folds, metrics, objective, outcomes
+from .holdout import (
+    Case,
+    HeldOut,
+    Outcome,
+    cross_validate,
+    expand_grid,
+    family_folds,
+    metrics,
+    objective,
+    outcomes,
+)
+from .stats import rate_cell
 
 #: rule (spec name, maybe with fixed parameters) -> parameter grid searched on training families
 GRIDS: dict[str, dict[str, list[Any]]] = {
@@ -57,7 +68,8 @@ DEFAULT_CANDIDATES: dict[str, dict[str, list[Any]]] = {
 POLICY_CANDIDATES = cadence_policy.policy_specs()
 
 COLUMNS = (
-    ("precision", "precision"), ("recall", "recall"), ("fpr", "FPR"), ("fpr_controls", "FPR controls"),
+    ("precision", "precision"), ("recall", "recall"), ("fpr", "FPR"), ("harmful", "harmful"),
+    ("fpr_controls", "FPR controls"),
     ("mean_regret", "regret"), ("p90_regret", "p90 regret"), ("mean_delay", "delay"),
     ("compute_saved", "saved"), ("stopped_before_peak", "before peak"), ("supervised_fpr", "FPR supervised"),
 )
@@ -114,17 +126,11 @@ def validate(
         table = outcomes(grid, cases)
         best = max(grid, key=lambda s: objective(metrics(cases, table[s])))
         final[rule] = best
-        row = metrics(cases, result.results)
-        control_results = [result.results[i] for i in controls]
-        row["fpr_controls"] = metrics([cases[i] for i in controls], control_results)["fpr"]
-        row["supervised_fpr"] = _supervised_fpr(best, supervised)
+        row = _scored(best, result.results, cases, controls, supervised)
         held_out[rule] = {"metrics": row, "chosen_per_fold": result.chosen, "final_spec": best}
     fixed_rows = {}
     for spec, results in outcomes(fixed, cases).items():
-        row = metrics(cases, results)
-        row["fpr_controls"] = metrics([cases[i] for i in controls], [results[i] for i in controls])["fpr"]
-        row["supervised_fpr"] = _supervised_fpr(spec, supervised)
-        fixed_rows[spec] = row
+        fixed_rows[spec] = _scored(spec, results, cases, controls, supervised)
     synthetic = {}
     for preset in synthetic_presets:
         synth = synthetic_cases(preset, SYNTHETIC_JOBS, seed=1)
@@ -141,10 +147,28 @@ def validate(
     }
 
 
-def _supervised_fpr(spec: str, supervised: Sequence[Case]) -> float:
-    if not supervised:
-        return math.nan
-    return metrics(supervised, outcomes([spec], supervised)[spec])["fpr"]
+def _scored(
+    spec: str, results: Sequence[Outcome], cases: Sequence[Case], controls: Sequence[int],
+    supervised: Sequence[Case],
+) -> dict[str, float]:
+    """``metrics`` of ``results``, with the FPR (and its counts) on the control families and on
+    the real supervised curves (run with ``spec``)."""
+    row = metrics(cases, results)
+    control = metrics([cases[i] for i in controls], [results[i] for i in controls])
+    row.update(fpr_controls=control["fpr"], fp_controls=control["fp"], n_controls=control["n_healthy"])
+    real = metrics(supervised, outcomes([spec], supervised)[spec]) if supervised else {}
+    row.update(supervised_fpr=real.get("fpr", math.nan), fp_supervised=real.get("fp", 0.0),
+               n_supervised_healthy=real.get("n_healthy", 0.0))
+    return row
+
+
+#: rate -> (successes, trials) keys of its row; the table prints these with counts and a Wilson
+#: interval (``stops``: true plus false stops).
+RATE_COUNTS = {
+    "precision": ("tp", "stops"), "recall": ("tp", "n_hacking"), "fpr": ("fp", "n_healthy"),
+    "harmful": ("n_harmful", "n_healthy"), "fpr_controls": ("fp_controls", "n_controls"),
+    "supervised_fpr": ("fp_supervised", "n_supervised_healthy"),
+}
 
 
 def render(study: Mapping[str, Any]) -> str:
@@ -174,7 +198,12 @@ def render(study: Mapping[str, Any]) -> str:
 
 
 def _row(rule: str, spec: str, row: Mapping[str, float]) -> str:
-    cells = [_fmt(row.get(key, math.nan)) for key, _ in COLUMNS]
+    counts = {**row, "stops": row.get("tp", 0.0) + row.get("fp", 0.0)}
+    cells = [
+        rate_cell(int(counts[RATE_COUNTS[key][0]]), int(counts[RATE_COUNTS[key][1]]))
+        if key in RATE_COUNTS and RATE_COUNTS[key][1] in counts else _fmt(row.get(key, math.nan))
+        for key, _ in COLUMNS
+    ]
     return f"| {rule} | `{spec}` | " + " | ".join(cells) + " |"
 
 

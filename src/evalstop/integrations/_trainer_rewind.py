@@ -3,11 +3,15 @@
 ``check_correction`` (at train begin) and ``check_checkpoint`` (at the detection) say, before
 anything changes, why a rewind cannot be done: a ``kl_coef`` correction on a trainer without a
 KL coefficient, or on a TRL trainer built with ``beta=0`` (it has no reference model to stay
-near); an ``lr`` correction without an optimizer; no checkpoint saved at the best eval.
+near); a ``ref=best`` correction on a trainer without a reference model of its own (no
+``ref_model``, ``beta=0``, or PEFT, whose reference is the base model with the adapters off); an
+``lr`` correction without an optimizer; no checkpoint saved at the best eval.
 ``rewind_in_place`` then loads the
 checkpoint's weights into the live model, its optimizer and scheduler state where the checkpoint
 has them, and applies the correction: ``kl_coef`` sets the trainer's ``beta`` (TRL's GRPO, RLOO,
-DPO trainers read ``self.beta`` at every step), ``lr`` the learning rate of every optimizer
+DPO trainers read ``self.beta`` at every step), ``ref=best`` loads the same checkpoint into the
+trainer's reference model (``ref_model``: the KL anchor becomes the checkpoint the run rewinds
+to), ``lr`` the learning rate of every optimizer
 parameter group and the scheduler's base rates (a scheduler recomputes the rate from them at
 each step). Training then simply continues: the Trainer's step counter keeps counting (so
 ``max_steps`` bounds the steps trained, the discarded ones included) and later checkpoints keep
@@ -56,6 +60,8 @@ def check_checkpoint(output_dir: str | None, step: int | None) -> str:
 
 def check_correction(correction: Correction, trainer: Any) -> None:
     """Raise RewindRefused if ``correction`` cannot be applied to ``trainer`` (None: not bound)."""
+    if correction.ref is not None:
+        _check_reference(trainer)
     kl = correction.get("kl_coef")
     if kl is not None:
         if trainer is None:
@@ -79,6 +85,24 @@ def check_correction(correction: Correction, trainer: Any) -> None:
                                 f"it 0. Set it instead (kl_coef=0.05).")
 
 
+def _check_reference(trainer: Any) -> None:
+    if trainer is None:
+        raise RewindRefused("EvalStopCallback cannot apply ref=best: it needs the trainer. Add the callback "
+                            "with callback.bind(trainer) instead of trainer.add_callback(callback).")
+    name = type(trainer).__name__
+    if _is_peft(trainer):
+        raise RewindRefused(f"EvalStopCallback cannot apply ref=best: {name} trains a PEFT model, whose "
+                            f"reference is the base model with the adapters off. Correct kl_coef or lr.")
+    if getattr(getattr(trainer, "args", None), "precompute_ref_log_probs", False):
+        raise RewindRefused(f"EvalStopCallback cannot apply ref=best: {name} precomputed the reference "
+                            f"model's log-probabilities (precompute_ref_log_probs=True), so a new reference "
+                            f"would not be used. Train without it, or correct kl_coef or lr.")
+    if getattr(trainer, "ref_model", None) is None:
+        built = f" was built with beta={trainer.beta}, so it" if getattr(trainer, "beta", None) == 0.0 else ""
+        raise RewindRefused(f"EvalStopCallback cannot apply ref=best: {name}{built} has no reference model "
+                            f"(no 'ref_model'). Start a KL-regularised trainer with a small beta > 0.")
+
+
 def rewind_in_place(
     checkpoint: str, correction: Correction, model: Any, optimizer: Any, scheduler: Any, trainer: Any
 ) -> dict[str, Any]:
@@ -91,6 +115,9 @@ def rewind_in_place(
     done: dict[str, Any] = {"checkpoint": checkpoint}
     done["optimizer"] = _load_state(optimizer, os.path.join(checkpoint, OPTIMIZER))
     done["scheduler"] = _load_state(scheduler, os.path.join(checkpoint, SCHEDULER))
+    if correction.ref is not None:
+        _load_weights(trainer.ref_model, checkpoint)
+        done["ref"] = checkpoint  # the checkpoint the reference model now holds
     kl, lr = correction.get("kl_coef"), correction.get("lr")
     if kl is not None:
         before = float(trainer.beta)

@@ -44,7 +44,8 @@ Trainer's schedule alone.
 
 Rewind instead of stop: ``on_detect=OnDetect("rewind", max_rewinds=1, correction="kl_coef*=2")``,
 with the callback added by ``callback.bind(trainer)`` (a ``kl_coef`` correction sets the trainer's
-``beta``). At a detection with a rewind left, the callback loads the best checkpoint into the live
+``beta``; ``ref=best`` loads the best checkpoint into its reference model, the new KL anchor).
+At a detection with a rewind left, the callback loads the best checkpoint into the live
 model, optimizer and scheduler, applies the correction (``_trainer_rewind.py``) and training goes on;
 ``rewinds`` lists what each rewind did, and ``evalstop.json`` the decision log. A correction the
 trainer cannot take fails at train begin; a detection without a saved best checkpoint stops the

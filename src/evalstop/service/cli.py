@@ -134,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
     from pydantic import ValidationError
 
+    from . import log_redact
     from .app import create_app
     from .pull.serve import PullConfigError
     from .settings import ServiceSettings
@@ -161,6 +162,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log_redact.install()  # a database error is logged by class and SQLSTATE, never its values
     if args.log_level != "debug":  # alembic's ~9 INFO lines per start say nothing an operator needs
         logging.getLogger("alembic").setLevel(logging.WARNING)
     if args.migrate_only:  # the migration job: one line when done, or one line saying why not
@@ -189,6 +191,7 @@ def run(args: argparse.Namespace) -> int:
     gc.freeze()
     config = uvicorn.Config(app, host=args.host, port=listener.getsockname()[1], log_level=args.log_level,
                             access_log=args.access_log, timeout_graceful_shutdown=GRACEFUL_S)
+    log_redact.install(logging.getLogger("uvicorn"))  # uvicorn's own handlers, made by its Config
     # uvicorn restores the handler it found and raises the signal again after draining; by then
     # the shutdown was clean, so that second delivery must not turn exit status 0 into 143
     signal.signal(signal.SIGTERM, _drained)

@@ -13,7 +13,9 @@ variables and :data:`MAX_ENV_BYTES` bytes). Nothing of the service's own environ
 reaches the job (docs/enforcement.md, "Resubmission").
 
 The only placeholders are ``{checkpoint}`` (the best eval's checkpoint URI) and
-``{correction}`` (the rewind's correction spec); ``{{``/``}}`` are literal braces. Each value is
+``{correction}`` (the rewind's correction spec, every change in it: ``ref=best,kl_coef*=2`` asks
+the new job to take ``{checkpoint}`` as its KL reference too; ``evalstop.detectors.Correction.parse``
+reads it); ``{{``/``}}`` are literal braces. Each value is
 substituted shell-quoted (``shlex.quote``), and a value with a control character is refused, so
 nothing the tenant posts reaches a shell unquoted. The rest of the template is the tenant's own
 command, as it was when the tenant submitted the job itself.

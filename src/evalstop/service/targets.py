@@ -14,7 +14,6 @@ from typing import Any
 
 from .adapters._base import AdapterError, EnforcementAdapter, JobRef, NotOwned
 from .errors import BackendUnavailable, InvalidInput
-from .settings import resolve_file_keys
 
 
 class UnknownTarget(LookupError):
@@ -85,7 +84,9 @@ class AdapterRegistry:
             if name in self.plugins:
                 module, _, attr = self.plugins[name].partition(":")
                 factory = getattr(importlib.import_module(module), attr)
-                adapter = factory(**resolve_file_keys(name, options, getattr(factory, "path_settings", ())))
+                # A plugin gets its settings as given: its own ``*_file`` keys may be paths it
+                # reads itself (it can call settings.resolve_file_keys for secrets).
+                adapter = factory(**options)
             else:
                 adapter = adapters.get_adapter(name, options)
         except (KeyError, ValueError) as exc:

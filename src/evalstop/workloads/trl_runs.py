@@ -7,6 +7,9 @@ and falls faster after it; the proxy is a least-squares fit of noisy gold labels
 (count of ``a``, count of other letters, a bias) over completions that never go past ``PEAK``,
 so it extrapolates "more ``a`` is better" (Goodhart). With few or very noisy labels the fit can
 even point the wrong way, and the policy never improves.
+``proxy="learned"`` swaps in a ridge reward model on letter and bigram counts, fit on labels of
+completions from the reference distribution (``_learned_rm``): its error grows with the distance
+from the reference (Gao et al.'s gold-vs-KL shape).
 
 GRPO (``trl.GRPOTrainer``) optimises the proxy (or, for controls, gold itself), with or without
 a KL penalty to the initial policy (``beta``). A callback evaluates the policy ``n_evals`` times,
@@ -32,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from .._validation import check_choice, check_float, check_int
+from ._learned_rm import fit_learned, rm_features
 from .rl_toy import ToyRun
 
 ALPHABET = "abcdefgh"
@@ -39,6 +43,10 @@ SPECIALS = ("<pad>", "<eos>", "<unk>")
 PEAK = 4
 COMPLETION_LEN = 8
 TARGETS = ("proxy", "gold")
+#: the proxy reward model: "linear" (least squares on three features, labels capped at PEAK 'a')
+#: or "learned" (ridge on letter and bigram counts, labels from the reference distribution;
+#: ``_learned_rm``)
+PROXIES = ("linear", "learned")
 
 
 @dataclass(frozen=True)
@@ -46,6 +54,7 @@ class TrlConfig:
     """One GRPO run; every field is a knob a family may change."""
 
     target: str = "proxy"
+    proxy: str = "linear"
     beta: float = 0.0
     lr: float = 5e-3
     n_steps: int = 120
@@ -66,6 +75,7 @@ class TrlConfig:
     def __post_init__(self) -> None:
         owner = type(self).__name__
         check_choice(owner, "target", self.target, TARGETS)
+        check_choice(owner, "proxy", self.proxy, PROXIES)
         check_float(owner, "beta", self.beta, low=0.0)
         check_float(owner, "lr", self.lr, low=0.0, low_open=True)
         check_float(owner, "label_noise", self.label_noise, low=0.0)
@@ -102,10 +112,24 @@ def gold_quality(texts: list[str]) -> np.ndarray:
     return np.asarray(np.where(n_a <= PEAK, n_a, PEAK - 1.5 * (n_a - PEAK)) / PEAK, dtype=float)
 
 
+def learned_features(texts: list[str]) -> np.ndarray:
+    """What the learned reward model sees (``_learned_rm.rm_features`` over this alphabet)."""
+    return rm_features(texts, ALPHABET)
+
+
+def proxy_features(config: TrlConfig) -> Callable[[list[str]], np.ndarray]:
+    """The feature map of ``config``'s reward model (its reward is features @ weights)."""
+    return learned_features if config.proxy == "learned" else features
+
+
 def fit_proxy(config: TrlConfig, rng: np.random.Generator) -> np.ndarray:
-    """Least-squares reward model on ``n_labels`` noisy gold labels of completions with at most
-    PEAK 'a' (the labelled data never shows what too many 'a' does). Labellers add
-    ``label_bias`` per letter other than 'a' (they like long answers, which gold does not)."""
+    """The reward model's weights. ``proxy="linear"``: least squares on ``n_labels`` noisy gold
+    labels of completions with at most PEAK 'a' (the labelled data never shows what too many 'a'
+    does); labellers add ``label_bias`` per letter other than 'a' (they like long answers, which
+    gold does not). ``proxy="learned"``: ``_learned_rm.fit_learned``."""
+    if config.proxy == "learned":
+        return fit_learned(rng, config.n_labels, config.label_noise, config.label_bias, ALPHABET,
+                           COMPLETION_LEN, gold_quality)
     texts: list[str] = []
     while len(texts) < config.n_labels:
         pool = list(ALPHABET[1:] + "a" * int(rng.integers(1, 8)))
@@ -176,9 +200,10 @@ def _train(
     model = GPT2LMHeadModel.from_pretrained(tmp / "init")
     train_prompts = _prompts(rng, 64)
     weights = fit_proxy(config, rng)
+    phi = proxy_features(config)
     recorder = EvalRecorder(
         tokenizer, _prompts(rng, config.eval_prompts), _prompts(rng, config.gold_prompts),
-        config.gold_samples, COMPLETION_LEN, eval_seed, weights, gold_quality, features,
+        config.gold_samples, COMPLETION_LEN, eval_seed, weights, gold_quality, phi,
         _eval_steps(config),
     )
     recorder.calibrate(model)
@@ -193,7 +218,7 @@ def _train(
         return -1.0 if flip[0] <= step < flip[1] else 1.0
 
     def proxy(completions: list[str], **_: object) -> list[float]:
-        return [sign() * float(r) for r in features(completions) @ weights]
+        return [sign() * float(r) for r in phi(completions) @ weights]
 
     def gold(completions: list[str], **_: object) -> list[float]:
         return [sign() * float(r) for r in gold_quality(completions)]
