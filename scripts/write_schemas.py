@@ -4,7 +4,7 @@
     python scripts/write_schemas.py --check    # exit 1 if a file is missing or stale (the tests run this)
 
 The schemas come from the same table declarations the loaders check documents with
-(``evalstop.experiments.config_schema``, ``evalstop.service.pull_schema``).
+(``evalstop.experiments.config_schema``, ``evalstop.service.pull.schema``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 from evalstop._schema import describe
 from evalstop.experiments.config_schema import SIMULATE, STUDY
-from evalstop.service.pull_schema import PULL
+from evalstop.service.pull.schema import PULL
 
 FOLDER = Path(__file__).resolve().parents[1] / "docs" / "schema"
 

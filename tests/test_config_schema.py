@@ -13,7 +13,7 @@ import pytest
 from evalstop.experiments.simulate_cmd import EXAMPLE
 from evalstop.experiments.spec import _resolve, _studies_dir, study_names
 from evalstop.service.pull import POLLERS
-from evalstop.service.pull_schema import KINDS
+from evalstop.service.pull.schema import KINDS
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "docs" / "schema"

@@ -41,7 +41,8 @@ def test_pulled_scores_trigger_a_pinned_webhook_stop(tmp_path: Path) -> None:
         domain.create_tenant(ctx.store, "acme", scope=scope)
         spec = domain.JobSpec(external_ref="j1", target="webhook", detector="evalstop:k=2",
                               metric="eval_accuracy", grace_period_s=0)
-        job_id = domain.register_job(ctx.store, "acme", spec, ctx.adapters.check, webhook_url=url)["id"]
+        job_id = domain.register_job(ctx.store, "acme", spec, ctx.adapters.check,
+                                     target_settings={"url": url})["id"]
         decisions: list[str] = []
 
         def sink(key: str, records: Sequence[ScoreRecord]) -> None:

@@ -449,7 +449,7 @@ def test_value_is_a_json_number_only(api: Api, value: Any) -> None:
 
 
 # -- issue 22, items 5, 6 and 7: token rotation and revocation; console sessions ------------------
-# (docs/service.md, "Tokens" and "Console sessions")
+# (docs/tenants.md, "Tokens: rotation and revocation", and docs/console.md, "Sign-in")
 TOKEN_BOUND_S = 1.0  # token_cache_s in these tests: the documented bound on refusing an old token
 
 

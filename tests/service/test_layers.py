@@ -4,10 +4,10 @@ inside a function counts: hiding a circle there does not break it)."""
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import evalstop
+from import_graph import cycles, graph, imports, module_name
 
 SRC = Path(evalstop.__file__).parent
 SERVICE = SRC / "service"
@@ -15,32 +15,13 @@ STORE = SERVICE / "store"
 DATABASE_MODULES = {"sqlalchemy", "alembic", "psycopg", "psycopg2", "psycopg_pool", "sqlite3", "asyncpg"}
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
 def _imports(path: Path, package: str = "") -> list[tuple[int, str, list[str]]]:
-    """Every import of the file, at any depth: (line, absolute module, names imported from it)."""
+    """Every import of the file, at any depth (tests/import_graph.py): (line, absolute module,
+    names imported from it)."""
     if not package:
-        package = _module_name(path) if path.name == "__init__.py" else _module_name(path).rpartition(".")[0]
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            found += [(node.lineno, alias.name, []) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = package.split(".")
-            if node.level:
-                base = base[:len(base) - node.level + 1]
-                module = ".".join(base + ([node.module] if node.module else []))
-            else:
-                module = node.module or ""
-            found.append((node.lineno, module, [a.name for a in node.names]))
-    return found
-
-
-def _service_files() -> list[Path]:
-    return sorted(SERVICE.rglob("*.py"))
+        name = module_name(path, SRC)
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    return imports(path, package)
 
 
 def test_only_the_store_imports_a_database_library() -> None:
@@ -59,45 +40,18 @@ def test_the_boundary_check_sees_an_import_inside_a_function(tmp_path: Path) -> 
 
 
 def _graph() -> dict[str, set[str]]:
-    modules = {_module_name(p): p for p in _service_files()}
-    graph: dict[str, set[str]] = {name: set() for name in modules}
-    for name, path in modules.items():
-        for _, module, names in _imports(path):
-            submodules = [f"{module}.{n}" for n in names if f"{module}.{n}" in modules]
-            # "from P import m" runs P's __init__, then m (P itself counts unless importer is in P)
-            inside = name.startswith(module + ".")
-            targets = submodules + ([] if submodules and inside else [module])
-            graph[name] |= {t for t in targets if t in modules and t != name}
-    return graph
-
-
-def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    state: dict[str, int] = {}
-    stack: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        stack.append(node)
-        for nxt in sorted(graph[node]):
-            if state.get(nxt) == 1:
-                return [*stack[stack.index(nxt):], nxt]
-            if nxt not in state and (found := visit(nxt)) is not None:
-                return found
-        stack.pop()
-        state[node] = 2
-        return None
-
-    for node in sorted(graph):
-        if node not in state and (found := visit(node)) is not None:
-            return found
-    return None
+    """The import graph of ``service/`` alone (tests/import_graph.py)."""
+    inside = "evalstop.service"
+    edges = graph(SRC)
+    return {name: {t for t in targets if t == inside or t.startswith(inside + ".")}
+            for name, targets in edges.items() if name == inside or name.startswith(inside + ".")}
 
 
 def test_no_import_circle_in_the_service() -> None:
-    found = _cycle(_graph())
-    assert found is None, "import circle: " + " -> ".join(found or [])
+    found = cycles(_graph())
+    assert not found, "import circle: " + "; ".join(" -> ".join(c) for c in found)
 
 
 def test_the_circle_check_finds_a_circle() -> None:
-    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
-    assert _cycle({"a": {"b"}, "b": set()}) is None
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []

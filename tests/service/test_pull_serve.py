@@ -18,7 +18,7 @@ from evalstop.cli import main
 from evalstop.service.app import create_app
 from evalstop.service.errors import NotFound
 from evalstop.service.pull import ScoreRecord
-from evalstop.service.pulling import IngestSink
+from evalstop.service.pull.serve import IngestSink
 
 from ._support import ADMIN, RECORDING_PLUGIN, Api, free_port, make_settings, wait_for
 

@@ -108,7 +108,7 @@ def test_two_replicas_one_killed_three_times(fresh_pg: str, tmp_path: Path) -> N
     for i in range(N_JOBS):
         spec = domain.JobSpec(external_ref=f"w{i}", target="webhook", detector="evalstop:k=2",
                               grace_period_s=0)
-        job_ids.append(domain.register_job(store, "acme", spec, webhook_url=hook_url)["id"])
+        job_ids.append(domain.register_job(store, "acme", spec, target_settings={"url": hook_url})["id"])
     replicas = [Replica(n, fresh_pg, hook_url, tmp_path) for n in ("a", "b")]
     t0 = time.monotonic()
     for r in replicas:

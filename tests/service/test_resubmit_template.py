@@ -10,6 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from evalstop.service import resubmit
+from evalstop.service.adapters._ray import ray_id_allowed, ray_submission_id
 from evalstop.service.app import create_app
 from evalstop.service.errors import InvalidInput
 
@@ -87,9 +88,9 @@ def test_rendered_values_reach_the_shell_as_one_quoted_word_each(tmp_path: objec
 
 
 def test_ray_ids_stay_in_the_prefix() -> None:
-    assert resubmit.ray_submission_id("acme-1", 2) == "acme-1-r2"
-    assert resubmit.ray_id_allowed({"ray": {"job_id_prefixes": ["acme"]}}, "acme-1-r1")
-    assert not resubmit.ray_id_allowed({"ray": {"job_id_prefixes": ["acme-1-r2"]}}, "acme-1-r1")
-    assert not resubmit.ray_id_allowed({}, "acme-1-r1")
+    assert ray_submission_id("acme-1", 2) == "acme-1-r2"
+    assert ray_id_allowed({"ray": {"job_id_prefixes": ["acme"]}}, "acme-1-r1")
+    assert not ray_id_allowed({"ray": {"job_id_prefixes": ["acme-1-r2"]}}, "acme-1-r1")
+    assert not ray_id_allowed({}, "acme-1-r1")
     with pytest.raises(InvalidInput, match="cannot resubmit"):
         resubmit.check_template("kubernetes", {"entrypoint": "x"}, None, "acme")

@@ -26,7 +26,7 @@ from ..workloads.bank import BankRun, at_cadence, build_bank
 from .holdout import Case, Outcome, metrics, objective, outcomes
 
 CADENCES = (10, 40)
-#: The issue's targets for the default, at every cadence.
+#: The targets the default must meet, at every cadence.
 GOALS = {"precision": 0.95, "recall": 0.95, "fpr": 0.05, "regret_share": 0.05, "supervised_fpr": 0.05}
 CEILING = 0.8
 NO_FLOOR_DIP = 1e-5

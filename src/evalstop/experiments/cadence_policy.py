@@ -5,7 +5,7 @@ only the evals the policy asks for (``detectors.watch``); its stop and delivered
 mapped back to the dense evals, so regret is measured on the same true curve at every cadence.
 A run that never stops delivers its last dense eval's checkpoint (the job ran to the end).
 
-*Detectable* (issue 20): a hacking run counts in recall at a cadence only when its decline is
+*Detectable*: a hacking run counts in recall at a cadence only when its decline is
 visible there: at least ``MIN_EVALS_AFTER`` evals after the true peak among those the sparse base
 (``every:3`` for the adaptive policy) would run, and a drop of the watched score's expectation
 from the peak to the lowest of those evals of at least ``MIN_DROP_SDS`` noise sds (the noise sd of
@@ -57,7 +57,7 @@ POLICY_GRID: dict[str, list[Any]] = {
 }
 MIN_EVALS_AFTER = 2
 MIN_DROP_SDS = 2.0
-#: The issue's targets per cadence (recall over detectable runs; regret as a share of the rise).
+#: The targets per cadence (recall over detectable runs; regret as a share of the rise).
 #: ``eval_share``: evals run over the dense evals (the adaptive policy must use at most half).
 TARGETS: dict[str, dict[str, float]] = {
     "every:1": {"precision": 0.95, "recall": 0.90, "fpr": 0.05, "regret_share": 1.0, "eval_share": 1.0},

@@ -29,7 +29,7 @@ import numpy as np
 
 from ..detectors import Detector, Eval, parse_spec
 
-#: The issue's targets on held-out runs; parameter choice minimises the total shortfall.
+#: The targets on held-out runs; parameter choice minimises the total shortfall.
 TARGETS = {"precision": 0.95, "recall": 0.95, "fpr": 0.05, "mean_regret": 0.02}
 #: A false stop is harmful beyond this share of the run's rise (``harmful``).
 HARM_SHARE = 0.05

@@ -136,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
 
     from . import log_redact
     from .app import create_app
-    from .pulling import PullConfigError
+    from .pull.serve import PullConfigError
     from .settings import ServiceSettings
     from .store import DatabaseError
     from .store.migrate import SchemaNotCurrent

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import lifecycle
 from .actors import ACTIONS, MAX_REASON, Actor, record
 from .domain import get_job
 from .errors import Conflict
@@ -46,12 +47,12 @@ def retry_stop(store: Store, job_id: str, actor: Actor, reason: str = "") -> dic
     now = store.clock()
     with store.transaction() as conn:
         job = job_store.lock(conn, job_id, actor.tenant)
-        if job["state"] != "stop_failed":
+        if job["state"] != lifecycle.STOP_FAILED:
             raise Conflict(
                 f"Job {job_id} is {job['state']}; only a failed stop (stop_failed) can be retried.")
         if delivery_store.requeue_failed(conn, job_id, now) is None:
             raise Conflict(f"Job {job_id} has no failed stop in the outbox.")
-        job_store.update(conn, job_id, state="stopping")
+        lifecycle.move(conn, job, lifecycle.STOPPING, now)
         record(conn, job_id, actor, "retry_stop", reason, now)
     return get_job(store, job_id, actor.tenant)
 
@@ -63,10 +64,10 @@ def release(store: Store, job_id: str, actor: Actor, reason: str = "") -> dict[s
     now = store.clock()
     with store.transaction() as conn:
         job = job_store.lock(conn, job_id, actor.tenant)
-        if job["state"] != "stop_failed":
+        if job["state"] != lifecycle.STOP_FAILED:
             raise Conflict(
                 f"Job {job_id} is {job['state']}; only a job whose stop failed (stop_failed) "
                 "can be released.")
-        job_store.update(conn, job_id, state="stopped", stopped_at=now)
+        lifecycle.move(conn, job, lifecycle.STOPPED, now)
         record(conn, job_id, actor, "release", reason, now)
     return get_job(store, job_id, actor.tenant)

@@ -28,6 +28,7 @@ from ..detectors import (
     parse_cadence,
     parse_spec,
 )
+from . import lifecycle
 from . import resubmit as resubmitting
 from . import rewind as rewinding
 from . import scopes as scoping
@@ -201,7 +202,7 @@ def resolve_cadence(spec: str, eval_interval: int | None = None) -> CadencePolic
 
 def register_job(
     store: Store, tenant: str, spec: JobSpec, check_target: Callable[[str], None] = lambda _: None, *,
-    webhook_url: str | None = None, default_limits: FairLimits | None = None,
+    target_settings: Mapping[str, Any] | None = None, default_limits: FairLimits | None = None,
     check_owner: Callable[[str, JobRef], None] | None = None, rule_max_window: int = RULE_MAX_WINDOW,
     max_rewinds: int = rewinding.MAX_REWINDS, check_resubmit: Callable[[str, str], None] | None = None,
 ) -> dict[str, Any]:
@@ -210,8 +211,9 @@ def register_job(
     service passes ``AdapterRegistry.check_registration``) asks the backend whether the job is
     the tenant's, before any lock is taken; the reference must belong to no other live job of
     the same tenant (references are per tenant, so nothing here tells a tenant what others
-    registered); the tenant's ``max_live_jobs`` quota must not be used up. ``webhook_url`` is the
-    webhook adapter's configured URL (checked against the scope when the job names none).
+    registered); the tenant's ``max_live_jobs`` quota must not be used up. ``target_settings``
+    are the service's settings of the job's target (its backend may check the job against them:
+    the webhook's configured URL, when the job names none).
     ``rule_max_window`` bounds the rule's size parameters (:func:`check_rule_cost`; the
     service passes its setting), checked before the backend is asked anything. The job's
     on-detect policy is its own fields over the tenant's default (``max_rewinds``: the
@@ -230,7 +232,7 @@ def register_job(
     if check_owner is not None:  # the cheap checks first: nothing asks the backend for a bad request
         scope = tenant_store.policy(store, tenant)[0]
         scoping.check_registration(tenant, scoping.parse_scope(scope), spec.target, external_ref,
-                                   spec.target_options, webhook_url)
+                                   spec.target_options, target_settings or {})
         if spec.resubmit is not None:
             with store.reading() as conn:
                 policy = _job_policy(conn, tenant, spec, max_rewinds)
@@ -245,7 +247,7 @@ def register_job(
         "detector": format_spec(detector), "metric": spec.metric, "mode": spec.mode,
         "grace_period_s": spec.grace_period_s, "gpus": spec.gpus,
         "expected_duration_s": spec.expected_duration_s, "shadow": spec.shadow, "override": None,
-        "state": "running", "created_at": store.clock(), "stopped_at": None,
+        "state": lifecycle.INITIAL, "created_at": store.clock(), "stopped_at": None,
         "cadence": format_cadence(cadence), "eval_interval": spec.eval_interval,
     }
     with store.transaction() as conn:
@@ -258,7 +260,7 @@ def register_job(
                    monitor_state=new_monitor_state(detector, cadence, spec.eval_interval, policy),
                    resubmit=resubmit_template(spec, policy, scoping.parse_scope(scope), tenant))
         scoping.check_registration(tenant, scoping.parse_scope(scope), spec.target, external_ref,
-                                   spec.target_options, webhook_url)
+                                   spec.target_options, target_settings or {})
         _check_live_quota(conn, tenant, effective(quota, default_limits or UNLIMITED))
         _check_ref_free(conn, tenant, spec.target, external_ref)
         if not job_store.insert(conn, row):  # cannot happen: registrations of one tenant serialise
@@ -335,15 +337,15 @@ def set_override(
             f"override must be one of {', '.join(OVERRIDES)} or null. Got {override!r} instead.")
     with store.transaction() as conn:
         job = job_store.lock(conn, job_id, tenant)
-        if override == "never_stop" and job["state"] != "running":
+        if override == "never_stop" and job["state"] != lifecycle.RUNNING:
             raise Conflict(f"Job {job_id} is already {job['state']}; never_stop cannot undo a stop.")
-        if override == "stop_now" and job["state"] == "running":
+        if override == "stop_now" and job["state"] == lifecycle.RUNNING:
             monitor = load_monitor(conn, job, store.limits.max_history)
             latest = job_store.latest_step(conn, job_id, job["metric"])
             why = f"stop_now override by {actor.display}" + (f": {reason}" if reason else "")
             decide_stop(conn, job, "override", monitor, store.clock(), shadow=False, step=latest,
                         reason=why[:1000])
-        if override != "stop_now" or job["state"] == "running":
+        if override != "stop_now" or job["state"] == lifecycle.RUNNING:
             job_store.update(conn, job_id, override=override)
         record(conn, job_id, actor, override or "resume", reason, store.clock())
     return get_job(store, job_id, tenant)

@@ -42,9 +42,10 @@ from functools import partial
 from typing import Any
 
 from ..detectors import Monitor
+from . import lifecycle
 from . import rewind as rewinding
 from .errors import Conflict, InvalidInput, PayloadTooLarge
-from .monitoring import MEMO, load_monitor, observe_new, stored_text
+from .monitoring import MEMO, decision_of, load_monitor, observe_new, stored_text
 from .score import ScoreIn
 from .store import Conn, Limits, Store
 from .store import decision as decision_store
@@ -199,14 +200,14 @@ def _ingest(
             text = None  # not written again after the decision: keep nothing (decoded next time)
         if decided_now and rewind is None:
             enforced, shadow_stop = enforced or not shadow, shadow_stop or shadow
-            state = state if shadow else "stopping"
+            state = state if shadow else lifecycle.STOPPING
     result = IngestResult(
         job_id=job_id, accepted=len(new), duplicates=duplicates + len(stale),
         decision="rewind" if rewind else "stop" if enforced else "continue", state=state, reason=note,
         decided_now=decided_now, shadow_stop=shadow_stop, stop_step=verdict.stop_step,
         n_evals=monitor.n_evals + monitor.n_ignored, best_step=verdict.best_step,
         best_score=verdict.best_score, best_checkpoint_uri=monitor.best_checkpoint, rule_cpu_s=rule_cpu_s,
-        next_eval=None if enforced or state != "running" else monitor.next_eval().to_dict(),
+        next_eval=None if enforced or state != lifecycle.RUNNING else monitor.next_eval().to_dict(),
         attempt=monitor.n_rewinds, rewind=rewind, stale=tuple(stale),
     )
     if text is not None:  # the monitor is as stored (``text``) and nothing changes it any more
@@ -222,12 +223,11 @@ def decide_stop(
 ) -> int:
     """Record a stop decision at ``step``, with the monitor's best checkpoint; unless
     ``shadow``, enqueue its enforcement and mark the job stopping."""
-    verdict = monitor.verdict
-    return decision_store.record_stop(
-        conn, job["id"], now, enqueue=not shadow, source=source, shadow=shadow, enforced=not shadow,
-        reason=reason, detector=job["detector"], step=step, n_evals=monitor.n_evals + monitor.n_ignored,
-        best_step=verdict.best_step, best_score=verdict.best_score,
-        best_checkpoint_uri=monitor.best_checkpoint)
+    decision = decision_of(job, monitor, source=source, shadow=shadow, reason=reason, step=step)
+    decision_id = decision_store.record_stop(conn, job["id"], now, decision, enqueue=not shadow)
+    if not shadow:
+        lifecycle.move(conn, job, lifecycle.STOPPING, now)
+    return decision_id
 
 
 def _maybe_decide(
@@ -238,19 +238,16 @@ def _maybe_decide(
     verdict = monitor.verdict
     if job["override"] == "never_stop":
         return False, f"{verdict.reason} at step {verdict.stop_step}; not stopped: never_stop override", False
-    if job["state"] != "running" or decided:
+    if job["state"] != lifecycle.RUNNING or decided:
         return False, verdict.reason, False
     shadow = bool(job["shadow"] or job["tenant_shadow"])
     if monitor.action == "rewind" and not shadow and not rewinding.can_rewind(conn, job, monitor):
         monitor.stop_instead()
     if monitor.action == "rewind":
         if shadow:  # recorded as the job's one detector decision; the monitor is not rewound
-            decision_store.record_rewind(
-                conn, job["id"], now, enqueue=False, source="detector", shadow=True, enforced=False,
-                reason=verdict.reason[:1000], detector=job["detector"], step=verdict.stop_step,
-                n_evals=monitor.n_evals + monitor.n_ignored, best_step=verdict.best_step,
-                best_score=verdict.best_score, best_checkpoint_uri=monitor.best_checkpoint,
-                correction=monitor.policy.correction)
+            decision = decision_of(job, monitor, source="detector", shadow=True, reason=verdict.reason[:1000],
+                                   step=verdict.stop_step, correction=monitor.policy.correction)
+            decision_store.record_rewind(conn, job["id"], now, decision, enqueue=False)
             return True, rewinding.shadow_note(monitor), True
         note = f"{verdict.reason}; rewound to step {verdict.best_step} ({monitor.policy.correction})"
         return True, note, False

@@ -19,18 +19,13 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Mapping, Sequence
-from functools import lru_cache
 from typing import Any
 
-from ..detectors import CadencePolicy, Detector, Monitor, OnDetect, parse_spec
+from ..detectors import CadencePolicy, Detector, Monitor, OnDetect, detector_for
 from .score import ScoreIn
 from .store import Conn
 from .store import score as score_store
-
-
-@lru_cache(maxsize=1024)
-def detector_for(spec: str) -> Detector:
-    return parse_spec(spec)
+from .store.decision import Decision
 
 
 def new_monitor_state(
@@ -132,3 +127,15 @@ def observe_new(monitor: Monitor, new: Sequence[ScoreIn], metric: str) -> bool:
     if watched:
         monitor.observe_many([s.to_eval() for s in watched], [s.checkpoint_uri for s in watched])
     return bool(watched)
+
+
+def decision_of(
+    job: Mapping[Any, Any], monitor: Monitor, *, source: str, shadow: bool, reason: str, step: int | None,
+    correction: str | None = None,
+) -> Decision:
+    """The decision ``source`` takes on the job now, with the rule's state as ``monitor`` has it."""
+    verdict = monitor.verdict
+    return Decision(source=source, shadow=shadow, reason=reason, detector=job["detector"], step=step,
+                    n_evals=monitor.n_evals + monitor.n_ignored, best_step=verdict.best_step,
+                    best_score=verdict.best_score, best_checkpoint_uri=monitor.best_checkpoint,
+                    correction=correction)

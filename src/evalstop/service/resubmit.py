@@ -25,9 +25,9 @@ reconcile`` stops the running attempt exactly as a stop does, then ``resubmit`` 
 attempt through the adapter, checked against the tenant's scope before (the Ray submission id's
 prefix; the Slurm account and partition) and after (the adapter's ``check_owner`` on the new
 job; a new job outside the scope is cancelled and the delivery fails). Resubmission is
-idempotent: the new job has a name derived from the job and the rewind number (Ray: the
-submission id ``<ref>-r<N>``; Slurm: the job name ``evalstop-<job id>-r<N>``), looked up before
-submitting again. **The same job row** then carries the new reference (``external_ref``), the
+idempotent: the new job has a name derived from the job and the rewind number (each backend
+names it: Ray's submission id ``<ref>-r<N>``, Slurm's job name ``evalstop-<job id>-r<N>``),
+looked up before submitting again. **The same job row** then carries the new reference (``external_ref``), the
 decision records it (``new_ref``) and the audit trail gets a ``resubmit`` row: one job, one
 curve, one monitor, across its attempts.
 """
@@ -40,12 +40,12 @@ import string
 from collections.abc import Mapping
 from typing import Any
 
+from . import adapters
 from .errors import InvalidInput
-from .scopes import TenantScope, ray_id_within
+from .scopes import TenantScope
 
 PLACEHOLDERS = ("checkpoint", "correction")
 MAX_TEMPLATE = 20_000
-FIELDS = {"ray": {"entrypoint", "env"}, "slurm": {"script", "account", "partition", "env"}}
 ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
 #: words ``sbatch --export`` reads as modes, not as variable names
 EXPORT_WORDS = frozenset({"ALL", "NONE", "NIL"})
@@ -56,16 +56,19 @@ MAX_ENV_BYTES = 16_384
 def check_template(
     target: str, template: Mapping[str, Any], scope: TenantScope | None, tenant: str
 ) -> dict[str, Any]:
-    """The template as stored; InvalidInput naming the field and value unless ``target`` can
-    resubmit and every field is allowed by the tenant's scope."""
-    if target not in FIELDS:
-        raise InvalidInput(f"resubmit: target {target!r} cannot resubmit a job; only {sorted(FIELDS)} can "
+    """The template as stored; InvalidInput naming the field and value unless ``target``'s backend
+    can resubmit and every field is allowed by the tenant's scope (the backend checks its own)."""
+    rules = adapters.backend(target)
+    if rules is None or not rules.resubmit_text:
+        can = sorted(name for name, b in adapters.backends().items() if b.resubmit_text)
+        raise InvalidInput(f"resubmit: target {target!r} cannot resubmit a job; only {can} can "
                            f"(other targets rewind in place or stop).")
-    unknown = sorted(set(template) - FIELDS[target])
+    fields = {rules.resubmit_text, "env", *rules.resubmit_fields}
+    unknown = sorted(set(template) - fields)
     if unknown:
         raise InvalidInput(f"resubmit: unknown field(s) {unknown} for target {target!r}; valid: "
-                           f"{sorted(FIELDS[target])}.")
-    text_field = "entrypoint" if target == "ray" else "script"
+                           f"{sorted(fields)}.")
+    text_field = rules.resubmit_text
     text = template.get(text_field)
     if not isinstance(text, str) or not text.strip() or len(text) > MAX_TEMPLATE:
         raise InvalidInput(f"resubmit.{text_field}: a non-empty string of at most {MAX_TEMPLATE} characters "
@@ -74,20 +77,8 @@ def check_template(
     stored: dict[str, Any] = {text_field: text}
     if "env" in template:
         stored["env"] = check_env(template["env"])
-    if target == "slurm":
-        section = scope.slurm if scope is not None else None
-        for key, allowed in (("account", section.accounts if section else []),
-                             ("partition", section.partitions if section else [])):
-            value = template.get(key, allowed[0] if allowed else None)
-            bad = not isinstance(value, str) or not value or value.startswith("-") or \
-                any(c.isspace() for c in value)
-            if value is not None and bad:
-                raise InvalidInput(f"resubmit.{key}: a Slurm {key} name. Got {value!r}.")
-            if allowed and value not in allowed:
-                raise InvalidInput(f"resubmit.{key}: {value!r} is outside tenant {tenant!r}'s scope "
-                                   f"({key}s {list(allowed)}).")
-            if value is not None:
-                stored[key] = value
+    section = scope.section(target) if scope is not None else None
+    stored.update(rules.check_template(template, section, tenant))
     return stored
 
 
@@ -151,23 +142,3 @@ def render(text: str, checkpoint: str | None, correction: str) -> str:
     if "checkpoint" in needed and checkpoint is None:
         raise ValueError("the rewind has no checkpoint URI (the client posted none with the best eval)")
     return text.format(**{k: shlex.quote(v) for k, v in values.items() if v is not None})
-
-
-def ray_submission_id(current_ref: str, number: int) -> str:
-    """The next attempt's submission id: the current one with ``-r<N>`` (inside the same prefix)."""
-    return f"{current_ref}-r{number}"
-
-
-def ray_id_allowed(scope: Mapping[str, Any] | None, submission_id: str) -> bool:
-    """The submission id lies in the tenant's Ray prefixes (or the scope names none)."""
-    if scope is None:
-        return True
-    section = scope.get("ray")
-    if not isinstance(section, Mapping):
-        return False
-    prefixes = list(section.get("job_id_prefixes") or ())
-    return not prefixes or any(ray_id_within(submission_id, p) for p in prefixes)
-
-
-def slurm_job_name(job_id: str, number: int) -> str:
-    return f"evalstop-{job_id}-r{number}"

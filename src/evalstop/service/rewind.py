@@ -1,4 +1,4 @@
-"""Rewind instead of stop, in the service (issue 23; docs/rewind.md, "In the service").
+"""Rewind instead of stop, in the service (docs/rewind.md, "In the service").
 
 - **The policy.** A job's ``on_detect``/``max_rewinds``/``correction`` (registration) override
   its tenant's default policy field by field (``resolve_policy``); ``max_rewinds`` is bounded by
@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from .._validation import InvalidParameterError
 from ..detectors import Monitor, OnDetect
 from .errors import Conflict, InvalidInput
+from .monitoring import decision_of
 from .score import ScoreIn
 from .store import Conn
 from .store import decision as decision_store
@@ -115,12 +116,10 @@ def rewind_now(conn: Conn, job: Mapping[Any, Any], monitor: Monitor, now: float)
     verdict = monitor.verdict
     number = monitor.n_rewinds + 1
     resubmit = rewound_store.resubmit_of(conn, job["id"]) is not None
-    decision_store.record_rewind(
-        conn, job["id"], now, enqueue=resubmit, source=f"rewind-{number}", shadow=False, enforced=True,
-        reason=verdict.reason[:1000], detector=job["detector"], step=verdict.stop_step,
-        n_evals=monitor.n_evals + monitor.n_ignored, best_step=verdict.best_step,
-        best_score=verdict.best_score, best_checkpoint_uri=monitor.best_checkpoint,
-        correction=monitor.policy.correction)
+    decision = decision_of(job, monitor, source=f"rewind-{number}", shadow=False,
+                           reason=verdict.reason[:1000], step=verdict.stop_step,
+                           correction=monitor.policy.correction)
+    decision_store.record_rewind(conn, job["id"], now, decision, enqueue=resubmit)
     done = monitor.rewind()
     if done.to_step is not None:
         rewound_store.move_after(conn, job["id"], done.to_step, number - 1, now)

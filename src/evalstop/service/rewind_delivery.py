@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from . import lifecycle
 from .actors import Actor, record
-from .adapters._base import AdapterError, EnforcementAdapter, JobRef
+from .adapters import AdapterError, EnforcementAdapter, JobRef, backend
 from .resubmit import render
 from .store import Conn, Store
 from .store import decision as decision_store
-from .store import job as job_store
 from .store import rewound as rewound_store
 
 WORKER = Actor(None, name="evalstop worker", channel="worker")
@@ -39,7 +39,8 @@ def submit(
     """Render the job's template with the checkpoint and correction, and resubmit it; the new
     reference. A value that cannot be rendered is a permanent error."""
     template = dict(job["resubmit"] or {})
-    text = template.get("entrypoint") if "entrypoint" in template else template.get("script")
+    rules = backend(job["target"])
+    text = template.get(rules.resubmit_text) if rules is not None and rules.resubmit_text else None
     if not isinstance(text, str):
         raise AdapterError(f"job {job['id']}: no resubmission template", retryable=False)
     number, correction = rewind
@@ -55,7 +56,7 @@ def record_new_ref(
 ) -> None:
     """The same job row now runs as ``new_ref`` (attempt ``number``); the decision and the audit
     trail say so. In the worker's fenced transaction."""
-    job_store.update(conn, job["id"], external_ref=new_ref, state="running")  # also after a retry
+    lifecycle.move(conn, job["id"], lifecycle.RUNNING, now, external_ref=new_ref)  # also after a retry
     decision_store.set_new_ref(conn, decision_id, new_ref)
     why = f"rewind {number}: {job['target']} job {old_ref!r} stopped; attempt {number} is {new_ref!r}"
     record(conn, job["id"], WORKER, "resubmit", why[:1000], now)

@@ -195,8 +195,8 @@ def register_job(body: JobIn, ctx: Ctx, who: Caller) -> dict[str, Any]:
     check_options("target_options", body.target_options, ctx.settings.max_options_bytes)
     check_options("resubmit", body.resubmit, ctx.settings.max_options_bytes)
     spec = domain.JobSpec(**body.model_dump(exclude={"tenant"}))
-    webhook_url = ctx.settings.adapter_settings.get("webhook", {}).get("url")
-    return domain.register_job(ctx.store, owner, spec, ctx.adapters.check, webhook_url=webhook_url,
+    return domain.register_job(ctx.store, owner, spec, ctx.adapters.check,
+                               target_settings=ctx.settings.adapter_settings.get(spec.target, {}),
                                default_limits=ctx.policies.defaults,
                                check_owner=ctx.adapters.check_registration,
                                check_resubmit=ctx.adapters.check_resubmit,

@@ -64,7 +64,8 @@ class ServiceSettings(BaseSettings):
     worker_threads: int = Field(default=8, ge=1, le=256)
     worker_per_tenant: int = Field(default=2, ge=1)
     #: Threads per replica that run score writes on PostgreSQL, each on a connection it keeps:
-    #: how many transactions a replica has in flight at once (docs/service.md, "Fifth pass").
+    #: how many transactions a replica has in flight at once (docs/service.md, "Writing scores on
+    #: PostgreSQL").
     db_threads: int = Field(default=4, ge=1, le=64)
     #: Seconds between sweeps of revoked or expired console sessions (by an idle worker thread).
     session_sweep_s: float = Field(default=60.0, gt=0, le=86400)
@@ -81,7 +82,7 @@ class ServiceSettings(BaseSettings):
     #: this or ``adapter_settings``, not both.
     adapter_settings_file: Path | None = None
     #: A TOML file of pollers (MLflow, TensorBoard, trainer_state) run inside the service; see
-    #: :mod:`evalstop.service.pulling`. None: no pull ingest.
+    #: :mod:`evalstop.service.pull.serve`. None: no pull ingest.
     pull_config: Path | None = None
     #: Default per-tenant limits (each tenant's ``quota`` overrides them): a token bucket of
     #: scores (refill per second, capacity), and the most jobs a tenant may have live at once.
@@ -91,7 +92,7 @@ class ServiceSettings(BaseSettings):
     #: Seconds a replica trusts its cached copy of a tenant's scope and quota.
     policy_cache_s: float = Field(default=5.0, ge=0)
     #: Seconds a replica trusts that a tenant token it has seen is still valid when it has not heard
-    #: of a change (its listening connection was down; docs/service.md, "Tokens").
+    #: of a change (its listening connection was down; docs/tenants.md, "Tokens").
     token_cache_s: float = Field(default=5.0, ge=0, le=3600)
 
     @field_validator("database_url")

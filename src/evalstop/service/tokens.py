@@ -3,7 +3,8 @@ optional grace) and revoke (the token is no one's). An operator acts on any tena
 its own token only. Each change is audited (``token_events``) and ends the tenant's console
 sessions, in one transaction; a console sign-out is audited there too (``console/auth.py``).
 Every replica hears of a change at once and forgets the tenant's cached tokens (:mod:`.revocation`);
-``token_cache_s`` bounds how long a replica that missed it trusts them (docs/service.md, "Tokens")."""
+``token_cache_s`` bounds how long a replica that missed it trusts them (docs/tenants.md,
+"Tokens: rotation and revocation")."""
 
 from __future__ import annotations
 

@@ -35,13 +35,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from . import lifecycle
 from .adapters._base import AdapterError, EnforcementAdapter, JobRef
 from .background import DaemonLoop
 from .metrics import ServiceMetrics
 from .rewind_delivery import record_new_ref, rewind_of, stop_decided, submit
 from .store import Conn, Store
 from .store import delivery as delivery_store
-from .store import job as job_store
 from .store import session as session_store
 from .store.delivery import TERMINAL, Claim
 from .targets import AdapterRegistry, UnknownTarget
@@ -335,7 +335,7 @@ class Worker(DaemonLoop):
     def _delivered(self, lease: Lease, job: RowMapping, now: float) -> None:
         with self.store.transaction() as conn:
             self._set(lease, None, conn, delivered_at=now)
-            job_store.update(conn, job["id"], state="stopped", stopped_at=now)
+            lifecycle.move(conn, job["id"], lifecycle.STOPPED, now)
         if self.metrics is not None:
             self.metrics.stops_enforced.labels(target=job["target"]).inc()
             if job["expected_duration_s"] is not None:
@@ -364,4 +364,4 @@ class Worker(DaemonLoop):
         with self.store.transaction() as conn:
             event = {"phase": "failed", "attempts": attempts, "error": f"in {phase}: {message}"[:1000]}
             self._set(lease, event, conn, phase="failed", **values)
-            job_store.update(conn, job["id"], state="stop_failed")
+            lifecycle.move(conn, job["id"], lifecycle.STOP_FAILED, self.store.clock())

@@ -8,7 +8,7 @@ on, and is stopped by pid (:func:`.cluster.stop`).
 Ready means a job submitted through the Jobs API has *finished*: the dashboard, its job
 module, the head's job agent, the raylet and a worker all answered. "Ray runtime started" in
 ``ray start``'s log, a listening port or a ``GET /api/jobs/`` that answers each come earlier,
-and a test that starts on them fails on a loaded machine (issue 19). Two more guards for a loaded
+and a test that starts on them fails on a loaded machine. Two more guards for a loaded
 machine: the dashboard's own limit for its job module to start (30 s in Ray 2.60, after which
 that module stays dead while ``ray start`` keeps running) is raised, and a head whose start-up
 failed for good is replaced by a fresh one on fresh ports, up to ``attempts`` heads in all.

@@ -1,4 +1,6 @@
-"""The enforcement contract shared by the service worker and every adapter.
+"""The contract shared by the service and every backend: :class:`Backend`, what registration
+checks (scope section, reference, resubmission template), and :class:`EnforcementAdapter`, what
+the worker calls to stop a job.
 
 The worker calls, in this order and possibly more than once (every call is idempotent):
 ``pin_checkpoint`` -> ``signal`` -> (after the job's grace period, if still running)
@@ -14,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from evalstop.service.adapters._scope import ScopeSection
+
 
 @dataclass(frozen=True)
 class JobRef:
@@ -25,7 +29,7 @@ class JobRef:
     tenant: str
     external_ref: str
     options: Mapping[str, Any] = field(default_factory=dict)
-    #: The tenant's declared scope (:class:`evalstop.service.scopes.TenantScope` as a dict). The
+    #: The tenant's declared scope (:class:`evalstop.service.scopes.TenantScope` dumped). The
     #: service always sets it ({} = nothing allowed); None means a trusted caller without
     #: tenants (library use): no ownership check, pins wherever the URI points.
     scope: Mapping[str, Any] | None = None
@@ -36,7 +40,7 @@ class AdapterError(RuntimeError):
     evalstop's own words, the job's id and reference, the tenant's own scope. ``detail`` is what
     the backend said (Slurm's stderr, an HTTP error reply's body): it may name other tenants'
     jobs, accounts or users, so it goes to the service log for the operator and never into the
-    message (docs/service.md, "Delivery errors")."""
+    message (docs/tenants.md, "Delivery errors")."""
 
     def __init__(self, message: str, *, retryable: bool, detail: str = "") -> None:
         super().__init__(message)
@@ -67,6 +71,39 @@ def scope_section(job: JobRef, target: str) -> Mapping[str, Any] | None:
     if not isinstance(section, Mapping):
         raise NotOwned(f"job {job.job_id}: tenant {job.tenant!r} has no {target} scope")
     return section
+
+
+class Backend:
+    """What the service checks for a backend when a job registers, before any adapter is built.
+    An adapter module declares its backend as ``BACKEND``; a module without one (dry-run) is a
+    backend with the defaults below: no scope section, any reference, no resubmission."""
+
+    #: The model of the tenant's scope section named after the backend (``{"slurm": {...}}``);
+    #: None: the scope has no such section (the adapter acts on nothing of a tenant's, or, as a
+    #: plugin, checks ``JobRef.scope`` itself).
+    scope: type[ScopeSection] | None = None
+    #: The resubmission template's field holding the command (Ray ``entrypoint``, Slurm
+    #: ``script``); "": the backend cannot resubmit a job.
+    resubmit_text: str = ""
+    #: The template's fields besides the command and ``env``.
+    resubmit_fields: frozenset[str] = frozenset()
+
+    def canonical_ref(self, ref: str) -> str:
+        """The one spelling of a job's reference (the one-live-job-per-reference rule compares
+        these); InvalidInput naming ``external_ref`` when it is not one of this backend's."""
+        return ref.strip()
+
+    def check_reference(
+        self, tenant: str, section: Any, ref: str, options: Mapping[str, Any], settings: Mapping[str, Any]
+    ) -> None:
+        """InvalidInput naming the field unless ``ref`` (and the job's target ``options``) lie in
+        the tenant's ``section`` (an instance of :attr:`scope`). ``settings``: the service's
+        settings of this backend's adapter (the webhook's URL, for a job that names none)."""
+
+    def check_template(self, template: Mapping[str, Any], section: Any, tenant: str) -> dict[str, Any]:
+        """The template's :attr:`resubmit_fields` as stored, each checked against the tenant's
+        ``section`` (None: the tenant has none); InvalidInput naming the field otherwise."""
+        return {}
 
 
 class EnforcementAdapter(ABC):

@@ -15,6 +15,8 @@ from urllib.parse import unquote, urlparse
 
 from evalstop._validation import InvalidParameterError
 from evalstop.service.adapters._base import AdapterError, JobRef
+from evalstop.service.adapters._pinfs import PinRefused, write_confined_marker
+from evalstop.service.adapters._scope import has_traversal, local_roots
 
 if TYPE_CHECKING:
     import httpx
@@ -143,9 +145,6 @@ def already_pinned(path: Path, checkpoint_uri: str) -> bool:
 def _confined_pin(job: JobRef, checkpoint_uri: str, path: Path, adapter: str) -> Path | None:
     """The marker written under the tenant's checkpoint roots (see :mod:`._pinfs`), or None when
     refused (logged: the stop goes on, the pin_dir record and the decision still name the URI)."""
-    from evalstop.service.adapters._pinfs import PinRefused, write_confined_marker
-    from evalstop.service.scopes import has_traversal, local_roots
-
     roots = local_roots(list(job.scope.get("checkpoint_prefixes") or ())) if job.scope else []
     try:
         if has_traversal(checkpoint_uri):

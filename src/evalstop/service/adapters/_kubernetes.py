@@ -10,13 +10,17 @@ the object is gone, suspended or finished, and none of its pods is still running
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import quote
+
+from pydantic import AfterValidator, Field, ValidationInfo
 
 from evalstop.service.adapters._base import (
     AdapterError,
+    Backend,
     EnforcementAdapter,
     JobRef,
     NotOwned,
@@ -31,6 +35,8 @@ from evalstop.service.adapters._common import (
     setting_float,
     setting_str,
 )
+from evalstop.service.adapters._scope import Entry, ScopeSection, declared
+from evalstop.service.errors import InvalidInput
 
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 PIN_ANNOTATION = "evalstop.io/pinned-checkpoint"
@@ -43,6 +49,45 @@ KINDS = {
     "JobSet": ("jobset.x-k8s.io/{jobset_version}", "jobsets", "jobset.sigs.k8s.io/jobset-name"),
 }
 FINISHED = frozenset({"Complete", "Completed", "Failed", "Suspended"})
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
+def _namespace(value: str, info: ValidationInfo) -> str:
+    if declared(info) and not DNS_LABEL.match(value):
+        raise ValueError(f"must be a Kubernetes namespace (a DNS label), got {value!r}")
+    return value
+
+
+class KubernetesScope(ScopeSection):
+    namespaces: list[Annotated[str, AfterValidator(_namespace)]] = Field(
+        min_length=1, description="Namespaces the tenant's jobs live in.")
+    labels: dict[Entry, str] = Field(default_factory=dict,
+                                   description="Labels every target object must carry (a selector).")
+
+
+class KubernetesBackend(Backend):
+    """A job is ``namespace/name``, in one of the scope's namespaces (its labels are checked
+    against the API server by the adapter)."""
+
+    scope = KubernetesScope
+
+    def canonical_ref(self, ref: str) -> str:
+        namespace, sep, name = ref.strip().partition("/")
+        if not (sep and DNS_LABEL.match(namespace) and K8S_NAME.match(name)):
+            raise InvalidInput(f"external_ref: a Kubernetes 'namespace/name'. Got {ref!r}.")
+        return ref.strip()
+
+    def check_reference(
+        self, tenant: str, section: Any, ref: str, options: Mapping[str, Any], settings: Mapping[str, Any]
+    ) -> None:
+        namespace = ref.partition("/")[0]
+        if namespace not in section.namespaces:
+            raise InvalidInput(f"external_ref: namespace {namespace!r} is outside tenant {tenant!r}'s scope "
+                               f"(namespaces {section.namespaces}).")
+
+
+BACKEND = KubernetesBackend()
 
 
 def _in_cluster_url() -> str | None:

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import quote
+
+from pydantic import AfterValidator, Field, ValidationInfo, model_validator
 
 from evalstop.service.adapters._base import (
     AdapterError,
+    Backend,
     EnforcementAdapter,
     JobRef,
     NotOwned,
@@ -32,11 +36,84 @@ from evalstop.service.adapters._common import (
     setting_str,
     write_pin_marker,
 )
-from evalstop.service.resubmit import ray_id_allowed, ray_submission_id
-from evalstop.service.scopes import ray_id_within
+from evalstop.service.adapters._scope import Entry, ScopeSection, declared
+from evalstop.service.errors import InvalidInput
 
 log = logging.getLogger("evalstop.service.adapters.ray")
 TERMINAL = frozenset({"STOPPED", "SUCCEEDED", "FAILED"})
+RAY_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
+#: Where a Ray submission id may continue a declared prefix: ``raysubmit_pa`` covers
+#: ``raysubmit_pa`` and ``raysubmit_pa_1``, never ``raysubmit_pab_1``.
+RAY_SEPARATORS = "_-.:"
+
+
+def ray_id_within(ref: str, prefix: str) -> bool:
+    """``ref`` continues ``prefix`` on a segment boundary: it equals the prefix, or the prefix
+    ends with a separator (``_-.:``), or the character after it is one. An empty prefix covers
+    nothing."""
+    if not prefix.strip() or not ref.startswith(prefix):
+        return False
+    rest = ref[len(prefix):]
+    return not rest or prefix[-1] in RAY_SEPARATORS or rest[0] in RAY_SEPARATORS
+
+
+def _ray_prefix(value: str, info: ValidationInfo) -> str:
+    if declared(info) and not RAY_ID.match(value):
+        raise ValueError(f"must be a non-empty Ray submission id prefix (letters, digits, '_.:-'), "
+                         f"got {value!r}")
+    return value
+
+
+class RayScope(ScopeSection):
+    job_id_prefixes: list[Annotated[str, AfterValidator(_ray_prefix)]] = Field(
+        default_factory=list, description="Submission id prefixes, matched on whole segments.")
+    metadata: dict[Entry, str] = Field(default_factory=dict,
+                                     description="Metadata the Ray job must have been submitted with.")
+
+    @model_validator(mode="after")
+    def _something(self) -> RayScope:
+        if not (self.job_id_prefixes or self.metadata):
+            raise ValueError("a ray scope must name job_id_prefixes or metadata")
+        return self
+
+
+class RayBackend(Backend):
+    """A job is a Ray submission id within the scope's prefixes (its metadata is checked against
+    Ray by the adapter); a rewind resubmits the ``entrypoint`` as ``<ref>-r<N>``."""
+
+    scope = RayScope
+    resubmit_text = "entrypoint"
+
+    def canonical_ref(self, ref: str) -> str:
+        if not RAY_ID.match(ref.strip()):
+            raise InvalidInput(f"external_ref: a Ray submission id (letters, digits, '_.:-'). Got {ref!r}.")
+        return ref.strip()
+
+    def check_reference(
+        self, tenant: str, section: Any, ref: str, options: Mapping[str, Any], settings: Mapping[str, Any]
+    ) -> None:
+        if section.job_id_prefixes and not any(ray_id_within(ref, p) for p in section.job_id_prefixes):
+            raise InvalidInput(f"external_ref: Ray job {ref!r} is outside tenant {tenant!r}'s scope "
+                               f"(job id prefixes {section.job_id_prefixes}).")
+
+
+BACKEND = RayBackend()
+
+
+def ray_submission_id(current_ref: str, number: int) -> str:
+    """The next attempt's submission id: the current one with ``-r<N>`` (inside the same prefix)."""
+    return f"{current_ref}-r{number}"
+
+
+def ray_id_allowed(scope: Mapping[str, Any] | None, submission_id: str) -> bool:
+    """The submission id lies in the tenant's Ray prefixes (or the scope names none)."""
+    if scope is None:
+        return True
+    section = scope.get("ray")
+    if not isinstance(section, Mapping):
+        return False
+    prefixes = list(section.get("job_id_prefixes") or ())
+    return not prefixes or any(ray_id_within(submission_id, p) for p in prefixes)
 
 
 class RayJobsAdapter(EnforcementAdapter):

@@ -35,8 +35,8 @@ from evalstop.service.adapters._slurm_submit import (
     check_slurm_owner,
     check_submitted,
     resubmit_options,
+    slurm_job_name,
 )
-from evalstop.service.resubmit import slurm_job_name
 
 log = logging.getLogger("evalstop.service.adapters.slurm")
 TERMINAL = frozenset({"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL",

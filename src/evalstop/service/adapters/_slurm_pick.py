@@ -9,6 +9,9 @@ from typing import Any
 from evalstop.service.adapters._base import EnforcementAdapter
 from evalstop.service.adapters._slurm import SlurmAdapter
 from evalstop.service.adapters._slurm_rest import SlurmRestAdapter
+from evalstop.service.adapters._slurm_submit import BACKEND
+
+__all__ = ["BACKEND", "make_slurm_adapter"]
 
 
 def make_slurm_adapter(settings: Mapping[str, Any]) -> EnforcementAdapter:

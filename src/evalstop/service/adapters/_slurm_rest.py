@@ -33,8 +33,8 @@ from evalstop.service.adapters._slurm_submit import (
     check_slurm_owner,
     check_submitted,
     resubmit_options,
+    slurm_job_name,
 )
-from evalstop.service.resubmit import slurm_job_name
 
 
 class SlurmRestAdapter(EnforcementAdapter):

@@ -1,4 +1,5 @@
-"""Who a Slurm resubmission runs as, and what is checked before it may run (both Slurm adapters).
+"""Slurm's rules (both Slurm adapters): the scope section, the job id, the resubmission's
+account, partition and name; who a resubmission runs as, and what is checked before it may run.
 
 ``submit_as`` (an adapter setting) maps a tenant to the Slurm user its jobs run as: the CLI
 adapter submits with ``sbatch --uid=<user>`` (the service must run as root or SlurmUser), the
@@ -17,10 +18,75 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field, model_validator
+
 from evalstop._validation import InvalidParameterError
-from evalstop.service.adapters._base import AdapterError, JobRef, NotOwned, scope_section, unknown_job
+from evalstop.service.adapters._base import (
+    AdapterError,
+    Backend,
+    JobRef,
+    NotOwned,
+    scope_section,
+    unknown_job,
+)
+from evalstop.service.adapters._scope import Entry, ScopeSection
+from evalstop.service.errors import InvalidInput
 
 USER_NAME = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.@-]{0,63}")
+
+
+class SlurmScope(ScopeSection):
+    accounts: list[Entry] = Field(default_factory=list)
+    users: list[Entry] = Field(default_factory=list)
+    partitions: list[Entry] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _something(self) -> SlurmScope:
+        if not (self.accounts or self.users or self.partitions):
+            raise ValueError("a slurm scope must name at least one of accounts, users, partitions")
+        return self
+
+
+class SlurmBackend(Backend):
+    """A job is a Slurm job id (``1234``, ``1234_7``; its account, user and partition are checked
+    against Slurm by the adapter); a rewind resubmits the ``script`` as job
+    ``evalstop-<job id>-r<N>`` in the template's account and partition (default: the first the
+    scope lists), both within the scope."""
+
+    scope = SlurmScope
+    resubmit_text = "script"
+    resubmit_fields = frozenset({"account", "partition"})
+
+    def canonical_ref(self, ref: str) -> str:
+        """``01234`` and ``1234`` are the same job."""
+        head, sep, tail = ref.strip().partition("_")
+        if not head.isdigit() or (sep and not tail.isdigit()):
+            raise InvalidInput(f"external_ref: a Slurm job id like '1234' or '1234_7'. Got {ref!r}.")
+        return str(int(head)) + (f"_{int(tail)}" if sep else "")
+
+    def check_template(self, template: Mapping[str, Any], section: Any, tenant: str) -> dict[str, Any]:
+        stored: dict[str, Any] = {}
+        for key, allowed in (("account", section.accounts if section else []),
+                             ("partition", section.partitions if section else [])):
+            value = template.get(key, allowed[0] if allowed else None)
+            bad = not isinstance(value, str) or not value or value.startswith("-") or \
+                any(c.isspace() for c in value)
+            if value is not None and bad:
+                raise InvalidInput(f"resubmit.{key}: a Slurm {key} name. Got {value!r}.")
+            if allowed and value not in allowed:
+                raise InvalidInput(f"resubmit.{key}: {value!r} is outside tenant {tenant!r}'s scope "
+                                   f"({key}s {list(allowed)}).")
+            if value is not None:
+                stored[key] = value
+        return stored
+
+
+BACKEND = SlurmBackend()
+
+
+def slurm_job_name(job_id: str, number: int) -> str:
+    """The name of the job's attempt ``number``: a repeated resubmission finds it by this name."""
+    return f"evalstop-{job_id}-r{number}"
 
 
 @dataclass(frozen=True)

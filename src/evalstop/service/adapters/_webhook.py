@@ -16,9 +16,19 @@ import hmac
 import json
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
+from urllib.parse import urlsplit
 
-from evalstop.service.adapters._base import AdapterError, EnforcementAdapter, JobRef, NotOwned, scope_section
+from pydantic import AfterValidator, Field, ValidationInfo
+
+from evalstop.service.adapters._base import (
+    AdapterError,
+    Backend,
+    EnforcementAdapter,
+    JobRef,
+    NotOwned,
+    scope_section,
+)
 from evalstop.service.adapters._common import (
     fail_for_status,
     import_httpx,
@@ -26,10 +36,66 @@ from evalstop.service.adapters._common import (
     setting_float,
     setting_str,
 )
+from evalstop.service.adapters._scope import ScopeSection, declared, has_traversal
+from evalstop.service.errors import InvalidInput
 
 SIGNATURE_HEADER = "X-EvalStop-Signature"
 TIMESTAMP_HEADER = "X-EvalStop-Timestamp"
 GONE = frozenset({404, 410})
+
+
+def url_within(url: str, prefix: str) -> bool:
+    """``url`` is under ``prefix``: same scheme, host and port, no credentials, and the path
+    continues the prefix's at a ``/`` (``/hooks`` does not cover ``/hooks-evil``)."""
+    try:
+        u, p = urlsplit(url), urlsplit(prefix)
+        same_origin = (u.scheme.lower(), u.hostname, u.port) == (p.scheme.lower(), p.hostname, p.port)
+    except ValueError:
+        return False
+    if not same_origin or not p.hostname or u.username or u.password or any(c in url for c in "\r\n\t "):
+        return False
+    if has_traversal(u.path):
+        return False
+    base = p.path.rstrip("/")
+    return u.path == base or u.path.startswith(base + "/")
+
+
+def _is_origin_url(value: str) -> bool:
+    try:
+        parts = urlsplit(value)
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return False
+    return (parts.scheme.lower() in ("http", "https") and bool(host) and port != 0 and not parts.username
+            and not parts.password and not any(c.isspace() for c in value) and not has_traversal(parts.path))
+
+
+def _url_prefix(value: str, info: ValidationInfo) -> str:
+    if declared(info) and not _is_origin_url(value):
+        raise ValueError(f"must be an http(s) URL with a host and no credentials, spaces or '..', "
+                         f"got {value!r}")
+    return value
+
+
+class WebhookScope(ScopeSection):
+    url_prefixes: list[Annotated[str, AfterValidator(_url_prefix)]] = Field(min_length=1)
+
+
+class WebhookBackend(Backend):
+    """A job's URL (its ``url`` option, else the service's) lies under one of the scope's prefixes."""
+
+    scope = WebhookScope
+
+    def check_reference(
+        self, tenant: str, section: Any, ref: str, options: Mapping[str, Any], settings: Mapping[str, Any]
+    ) -> None:
+        url = options.get("url", settings.get("url"))
+        if not isinstance(url, str) or not any(url_within(url, p) for p in section.url_prefixes):
+            raise InvalidInput(f"target_options.url: {url!r} is outside tenant {tenant!r}'s scope "
+                               f"(URL prefixes {section.url_prefixes}).")
+
+
+BACKEND = WebhookBackend()
 
 
 def sign(secret: str, timestamp: str, body: bytes) -> str:
@@ -108,8 +174,6 @@ class WebhookAdapter(EnforcementAdapter):
     def check_owner(self, job: JobRef, *, must_exist: bool = False) -> None:
         """The URL posted to is still under one of the tenant's prefixes (the scope may have
         shrunk since registration)."""
-        from evalstop.service.scopes import url_within
-
         scope = scope_section(job, self.name)
         if scope is None:
             return

@@ -1,5 +1,5 @@
 """Console sign-in: server-side sessions named by a signed random id, and CSRF tokens for every
-form (docs/service.md, "Console sessions").
+form (docs/console.md, "Sign-in").
 
 A sign-in adds a row to ``console_sessions`` (principal, the sha256 of the token used, the name the
 person gave, a random CSRF secret, created, expires, revoked) and sets a cookie holding only

@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...detectors import Detector, Eval, Monitor, NextEval, parse_spec
-from .. import controls, domain
+from .. import controls, domain, lifecycle
 from ..store import Store, listing
 from .charts import curve_charts
 from .evidence import attempts, drawn
 
-STATES = ("running", "stopping", "stopped", "released", "stop_failed")
+STATES = lifecycle.SHOWN
 SORTS = ("created", "name", "tenant", "state", "rule", "last_step", "last_value", "decision")
 #: Rows per page of the job list (``per`` picks another within ``PAGE_SIZES``).
 PAGE_SIZE = 50
@@ -144,8 +144,8 @@ def job_page(store: Store, job_id: str, tenant: str | None) -> JobPage:
     found = domain.list_decisions(store, job_id, tenant)
     audit = controls.list_audit(store, job_id, tenant)
     released = None
-    if job["state"] == "stopped" and not delivered:
-        job = {**job, "state": "released"}
+    if job["state"] == lifecycle.STOPPED and not delivered:
+        job = {**job, "state": lifecycle.RELEASED}
         released = next((a for a in reversed(audit) if a["action"] == "release"), {"reason": ""})
     # the rewinds made are drawn from the stored monitor; a shadow one (not made) is a decision
     stops = [d for d in found if d["decision"] != "rewind" or d["shadow"]]

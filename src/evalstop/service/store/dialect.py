@@ -154,7 +154,7 @@ class Postgres(Dialect):
     (one ``send`` each way; psycopg's pipeline sent each statement apart). The statements are
     prepared once per connection (:attr:`PREPARED`), so each call is an ``EXECUTE`` with its
     values rendered as SQL literals (:meth:`_Tx.render`: libpq's own quoting for text). A
-    single score took eight round trips before issue 21, and four after its second pass."""
+    single score is two messages to the server (docs/service.md, "Round trips")."""
 
     name = "postgresql"
     shared = True

@@ -109,7 +109,16 @@ def insert(conn: Connection, values: Mapping[str, Any]) -> bool:
 
 
 def update(conn: Connection, job_id: str, **values: Any) -> None:
+    """Change the job row's columns other than its state (``service/lifecycle.py`` owns that)."""
+    if "state" in values:
+        raise ValueError(f"job {job_id}: its state changes through evalstop.service.lifecycle.move only")
     conn.execute(jobs.update().where(jobs.c.id == job_id).values(**values))
+
+
+def set_state(conn: Connection, job_id: str, state: str, **values: Any) -> None:
+    """Write the job's state (and ``values``): called by ``service/lifecycle.py`` only, which
+    checks the transition first."""
+    conn.execute(jobs.update().where(jobs.c.id == job_id).values(state=state, **values))
 
 
 def latest_step(conn: Connection, job_id: str, metric: str) -> int | None:

@@ -18,7 +18,7 @@ tenants = sa.Table(
     sa.Column("scope", sa.JSON, nullable=True),
     #: rate limit and size quota overrides (:class:`~evalstop.service.fairness.Quota`); NULL = defaults
     sa.Column("quota", sa.JSON, nullable=True),
-    #: token rotation and revocation (issue 22; store/tenant.py): the token replaced by the last
+    #: token rotation and revocation (store/tenant.py): the token replaced by the last
     #: rotation, valid until ``previous_valid_until`` (its grace); and when the token was revoked
     sa.Column("previous_token_hash", sa.String(64), nullable=True, index=True),
     sa.Column("previous_valid_until", sa.Float, nullable=True),
@@ -176,7 +176,7 @@ delivery_events = sa.Table(
 )
 
 
-# -- tokens and console sessions (issue 22, items 5-7; store/tenant.py, store/session.py) ----------
+# -- tokens and console sessions (store/tenant.py, store/session.py) ---------------------------------
 #: Every rotation and revocation of a tenant's API token, and every console sign-out of the
 #: tenant's sessions: who, when, why, through what.
 token_events = sa.Table(

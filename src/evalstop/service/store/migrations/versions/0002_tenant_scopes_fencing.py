@@ -1,4 +1,4 @@
-"""Issue 9: tenant scopes and quotas, one live job per external reference, outbox fencing.
+"""Tenant scopes and quotas, one live job per external reference, outbox fencing.
 
 An old database may hold two live jobs with the same (target, external_ref) - the very thing
 the new unique index forbids. The upgrade then stops and names them: which job really owns the

@@ -1,4 +1,4 @@
-"""Adaptive eval cadence (issue 20): each job's cadence policy and eval interval, and each score's
+"""Adaptive eval cadence: each job's cadence policy and eval interval, and each score's
 optional standard error.
 
 Existing jobs get ``every:n=1`` (every eval, the cadence they ran under) and no interval; existing

@@ -1,8 +1,8 @@
-"""Issue 22: an external reference is unique among one tenant's live jobs, not across tenants.
+"""An external reference is unique among one tenant's live jobs, not across tenants.
 
 Across tenants, the index let one tenant register another's next job id first (squatting) and
 told it, by a 409, which references others used. Ownership is now proven with the backend at
-registration (docs/service.md, "Tenants are adversaries"). The upgrade only widens the index,
+registration (docs/tenants.md, "Tenants are adversaries"). The upgrade only widens the index,
 so it never fails; a downgrade stops and names the live jobs of different tenants that share a
 reference, as migration 0002 does.
 

@@ -1,5 +1,4 @@
-"""Token rotation and revocation, server-side console sessions, a random console signing secret
-(issue 22, items 5-7).
+"""Token rotation and revocation, server-side console sessions, a random console signing secret.
 
 Revision ID: 0008
 Revises: 0007 (the lead re-chains this session's migrations at merge)

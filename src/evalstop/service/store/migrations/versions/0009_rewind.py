@@ -1,4 +1,4 @@
-"""Rewind instead of stop (issue 23): each job's and each tenant's on-detect policy, a job's
+"""Rewind instead of stop: each job's and each tenant's on-detect policy, a job's
 resubmission template, the correction of a rewind decision, the attempt a score belongs to, and
 the scores a rewind discarded.
 
