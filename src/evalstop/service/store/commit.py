@@ -153,8 +153,8 @@ class WriterThreads:
     gets to the queue (up to ``max_group``): one alone runs in its own transaction
     (``run(conn, unit)``), several run in one (``group(conn, units)``, a result or an exception
     each), so a burst costs fewer commits and messages per unit instead of more. What
-    ``asyncio.to_thread`` and a pool checkout per unit cost, by profile (docs/service.md,
-    "Fifth pass"): the executor's future, its wrapping in an asyncio future, one wake-up of
+    ``asyncio.to_thread`` and a pool checkout per unit cost, by profile (the 2026-12-02
+    journal in bench/results/): the executor's future, its wrapping in an asyncio future, one wake-up of
     the loop per unit, and the pool's checkout and checkin (a tenth of a single score's CPU).
     Here a unit is queued with its :class:`LoopWaiter`, and the units that finish while the loop
     has not yet taken the last answers are answered together, in one call into the loop."""

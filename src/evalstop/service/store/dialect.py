@@ -146,7 +146,7 @@ class Sqlite(Dialect):
 
 class Postgres(Dialect):
     """The ingest path runs on the driver connection in TWO round trips for a single score
-    (docs/service.md, "Round trips"): ``BEGIN``, the job's lock and its state in one message;
+    (docs/service-performance.md, "Round trips"): ``BEGIN``, the job's lock and its state in one message;
     then the new scores and the monitor in one statement (a data-modifying CTE) and ``COMMIT``
     in a second. For that the transaction is this class's, not SQLAlchemy's (:meth:`run_unit`,
     :class:`_Tx`): the connection runs in autocommit, and ``BEGIN``, the held-back write and
@@ -154,7 +154,7 @@ class Postgres(Dialect):
     (one ``send`` each way; psycopg's pipeline sent each statement apart). The statements are
     prepared once per connection (:attr:`PREPARED`), so each call is an ``EXECUTE`` with its
     values rendered as SQL literals (:meth:`_Tx.render`: libpq's own quoting for text). A
-    single score is two messages to the server (docs/service.md, "Round trips")."""
+    single score is two messages to the server (docs/service-performance.md, "Round trips")."""
 
     name = "postgresql"
     shared = True

@@ -206,7 +206,7 @@ def _check_on_checkout(engine: Engine) -> None:
     checkout: the server's goodbye (an error message, then end of file) makes the idle socket
     readable, so a readable socket, or one the driver knows is closed, gets the real ping, and
     a failed ping discards the connection (the pool then opens a new one). The pre-ping's round
-    trip was one of five per single score (docs/service.md, "Round trips"). What this misses, a
+    trip was one of five per single score (docs/service-performance.md, "Round trips"). What this misses, a
     peer that vanished without a word (no FIN), the pre-ping would only have caught after a TCP
     timeout as well."""
 
