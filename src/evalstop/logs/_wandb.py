@@ -23,7 +23,7 @@ import zlib
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from ._record import LogReader, ScoreRecord, read_from
+from ._record import PathReader, ScoreRecord, read_from
 
 log = logging.getLogger("evalstop.logs.wandb")
 FILE_HEADER = b":W&B" + struct.pack("<HB", 0xBEE1, 0)
@@ -62,7 +62,7 @@ def split_records(buf: bytes, start: int) -> tuple[list[bytes], int]:
             pieces, used = [], pos
 
 
-class WandbReader(LogReader):
+class WandbReader(PathReader):
     """``metric`` from the history rows of W&B runs. ``path``: a ``run-<id>.wandb`` file, a run
     directory, or a directory of them (``wandb/``): every run there is read, in the order the runs
     started (the time in ``[offline-]run-<YYYYmmdd_HHMMSS>-<id>``), as a TensorBoard log directory
@@ -70,21 +70,11 @@ class WandbReader(LogReader):
     ``train/global_step``); a nested key is joined with dots, as W&B shows it."""
 
     def __init__(self, path: str | Path, metric: str, *, step_key: str = "_step") -> None:
-        self.path, self.metric, self.step_key = Path(path), metric, step_key
+        super().__init__(path, metric)
+        self.step_key = step_key
         self._offsets: dict[Path, int] = {}
-        self._names: set[str] = set()
         self._bad: set[Path] = set()
         self._record: Any = None
-
-    @property
-    def location(self) -> str:
-        return str(self.path)
-
-    def exists(self) -> bool:
-        return self.path.exists()
-
-    def names(self) -> list[str]:
-        return sorted(self._names)
 
     def files(self) -> list[Path]:
         """The transaction logs under ``path`` now, in the order their runs started."""
