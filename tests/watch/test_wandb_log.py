@@ -70,13 +70,15 @@ def test_a_file_that_is_not_a_wandb_log_reads_as_empty(tmp_path: Path) -> None:
     assert reader.read() == [] and reader.read() == []
 
 
-def test_a_corrupt_chunk_stops_reading_that_file(tmp_path: Path) -> None:
+def test_a_corrupt_chunk_ends_the_reading_of_that_file(tmp_path: Path) -> None:
     whole = bytearray(write_run(tmp_path, 3).read_bytes())
     whole[-5] ^= 0xFF  # inside the last record (the run's exit)
     bad = tmp_path / "bad" / "run-x.wandb"
     bad.parent.mkdir()
     bad.write_bytes(bytes(whole))
-    assert WandbReader(bad, "eval/reward").read() == []  # one warning; never a wrong value
+    reader = WandbReader(bad, "eval/reward")
+    assert [r.step for r in reader.read()] == [10, 20, 30]  # the records before it; one warning
+    assert reader.read() == []  # and no more from that file
 
 
 @pytest.mark.slow

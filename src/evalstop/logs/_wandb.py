@@ -33,9 +33,18 @@ FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
 RUN_TIME = re.compile(r"run-(\d{8}_\d{6})-")
 
 
+class Corrupt(ValueError):
+    """A chunk fails its CRC: ``records`` are the whole ones before it."""
+
+    def __init__(self, message: str, records: list[bytes]) -> None:
+        super().__init__(message)
+        self.records = records
+
+
 def split_records(buf: bytes, start: int) -> tuple[list[bytes], int]:
     """The complete records in ``buf`` (the file's bytes from offset ``start``, a record boundary
-    after the file header) and how many bytes they use; a record still being written waits."""
+    after the file header) and how many bytes they use; a record still being written waits.
+    ``Corrupt`` for a chunk that fails its CRC."""
     out: list[bytes] = []
     pos = used = 0
     pieces: list[bytes] = []
@@ -55,7 +64,7 @@ def split_records(buf: bytes, start: int) -> tuple[list[bytes], int]:
             return out, used
         pos += _CHUNK.size + length
         if crc != zlib.crc32(data, zlib.crc32(bytes([kind]))):
-            raise ValueError(f"a chunk at byte {start + pos - length - _CHUNK.size} fails its CRC")
+            raise Corrupt(f"a chunk at byte {start + pos - length - _CHUNK.size} fails its CRC", out)
         pieces.append(data)
         if kind in (FULL, LAST):
             out.append(b"".join(pieces))
@@ -103,10 +112,10 @@ class WandbReader(PathReader):
             offset = len(FILE_HEADER)
         try:
             records, used = split_records(read_from(path, offset), offset)
-        except ValueError as exc:
+        except Corrupt as exc:
             log.warning("%s: %s; the rest of the file is skipped", path, exc)
             self._bad.add(path)
-            return []
+            records, used = exc.records, 0
         self._offsets[path] = offset + used
         out = []
         for data in records:
