@@ -27,6 +27,7 @@ import json
 import os
 import tempfile
 from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -86,6 +87,36 @@ def make_rewards(proxy_weights: np.ndarray):  # type: ignore[no-untyped-def]
     return proxy, gold
 
 
+def prompts(rng: np.random.Generator, n: int) -> Dataset:
+    return Dataset.from_dict({"prompt": ["".join(rng.choice(list(ALPHABET), 3)) + ">" for _ in range(n)]})
+
+
+class TinyGrpo(NamedTuple):
+    tokenizer: PreTrainedTokenizerFast
+    model: GPT2LMHeadModel
+    train: Dataset
+    evals: Dataset | None
+    proxy: Any
+    gold: Any
+
+
+def tiny_grpo_setup(n_eval: int = 0, seed: int = 0) -> TinyGrpo:
+    """The tiny GPT-2 policy, its tokenizer, 64 training prompts (and ``n_eval`` eval prompts) and
+    the proxy and gold rewards, all from ``seed``: the same run every time."""
+    rng = np.random.default_rng(seed)
+    tokenizer = char_tokenizer()
+    torch.manual_seed(seed)
+    model = GPT2LMHeadModel(GPT2Config(
+        vocab_size=len(tokenizer), n_positions=32, n_embd=32, n_layer=1, n_head=2,
+        bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    ))
+    train = prompts(rng, 64)
+    evals = prompts(rng, n_eval) if n_eval else None
+    proxy, gold = make_rewards(fit_proxy(rng))
+    return TinyGrpo(tokenizer, model, train, evals, proxy, gold)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smaller run (the tests use it)")
@@ -96,16 +127,7 @@ def main() -> None:
     out = opts.out or tempfile.mkdtemp(prefix="evalstop-grpo-")
     max_steps = opts.max_steps or (60 if opts.quick else 150)
 
-    rng = np.random.default_rng(0)
-    tokenizer = char_tokenizer()
-    torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(
-        vocab_size=len(tokenizer), n_positions=32, n_embd=32, n_layer=1, n_head=2,
-        bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    ))
-    prompts = Dataset.from_dict({"prompt": ["".join(rng.choice(list(ALPHABET), 3)) + ">" for _ in range(64)]})
-    proxy, gold = make_rewards(fit_proxy(rng))
+    setup = tiny_grpo_setup()
     config = GRPOConfig(
         output_dir=out, max_steps=max_steps, learning_rate=5e-3, lr_scheduler_type="constant",
         per_device_train_batch_size=8,
@@ -115,8 +137,8 @@ def main() -> None:
     )
     callback = EvalStopCallback(metric="rewards/gold/mean", detector=opts.detector)
     trainer = GRPOTrainer(
-        model=model, reward_funcs=[proxy, gold], args=config, train_dataset=prompts,
-        processing_class=tokenizer, callbacks=[callback],
+        model=setup.model, reward_funcs=[setup.proxy, setup.gold], args=config,
+        train_dataset=setup.train, processing_class=setup.tokenizer, callbacks=[callback],
     )
     trainer.train()
 

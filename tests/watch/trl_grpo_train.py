@@ -16,14 +16,11 @@ import shutil
 import sys
 from pathlib import Path
 
-import numpy as np
-import torch
-from datasets import Dataset
-from transformers import GPT2Config, GPT2LMHeadModel, TrainerCallback
+from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
-from trl_grpo_evalstop import ALPHABET, COMPLETION_LEN, char_tokenizer, fit_proxy, make_rewards
+from trl_grpo_evalstop import COMPLETION_LEN, tiny_grpo_setup
 
 
 class CopyEachSave(TrainerCallback):
@@ -42,19 +39,7 @@ def main() -> None:
     parser.add_argument("--config", choices=("hacking", "healthy"), required=True)
     parser.add_argument("--max_steps", type=int, default=40)
     opts = parser.parse_args()
-    rng = np.random.default_rng(0)
-    tokenizer = char_tokenizer()
-    torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(
-        vocab_size=len(tokenizer), n_positions=32, n_embd=32, n_layer=1, n_head=2,
-        bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    ))
-    def prompts(n: int) -> Dataset:
-        return Dataset.from_dict({"prompt": ["".join(rng.choice(list(ALPHABET), 3)) + ">" for _ in range(n)]})
-
-    train, evals = prompts(64), prompts(4)
-    proxy, gold = make_rewards(fit_proxy(rng))
+    setup = tiny_grpo_setup(n_eval=4)
     config = GRPOConfig(
         output_dir=opts.output_dir, max_steps=opts.max_steps, learning_rate=5e-3,
         lr_scheduler_type="constant",
@@ -64,8 +49,9 @@ def main() -> None:
         logging_steps=5, eval_strategy="steps", eval_steps=5, save_strategy="steps", save_steps=5,
         save_total_limit=2, report_to=["tensorboard"], use_cpu=True, disable_tqdm=True, seed=0, bf16=False,
     )
-    trainer = GRPOTrainer(model=model, reward_funcs=[proxy, gold], args=config, train_dataset=train,
-                          eval_dataset=evals, processing_class=tokenizer,
+    trainer = GRPOTrainer(model=setup.model, reward_funcs=[setup.proxy, setup.gold], args=config,
+                          train_dataset=setup.train, eval_dataset=setup.evals,
+                          processing_class=setup.tokenizer,
                           callbacks=[CopyEachSave(Path(opts.output_dir + ".saved"))])
     trainer.train()
     print(f"trained to step {trainer.state.global_step}")

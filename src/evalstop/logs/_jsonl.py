@@ -13,28 +13,20 @@ import logging
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from ._record import LogReader, ScoreRecord, read_from, whole_lines
+from ._record import PathReader, ScoreRecord, read_from, whole_lines
 
 log = logging.getLogger("evalstop.logs.jsonl")
 
 
-class JsonlReader(LogReader):
+class JsonlReader(PathReader):
     def __init__(self, path: str | Path, metric: str, *, step_key: str = "step",
                  values_key: str | None = None) -> None:
-        self.path, self.metric = Path(path), metric
+        super().__init__(path, metric)
         self.step_key, self.values_key = step_key, values_key
         self._offset = 0
-        self._names: set[str] = set()
-
-    @property
-    def location(self) -> str:
-        return str(self.path)
 
     def exists(self) -> bool:
         return self.path.is_file()
-
-    def names(self) -> list[str]:
-        return sorted(self._names)
 
     def read(self) -> list[ScoreRecord]:
         complete = whole_lines(read_from(self.path, self._offset))

@@ -47,6 +47,25 @@ class LogReader(ABC):
         """Where the reader looks, for messages."""
 
 
+class PathReader(LogReader):
+    """A reader of one path (a file or a directory of them) that collects metric names as it
+    reads: ``location`` is the path, ``names()`` what it collected."""
+
+    def __init__(self, path: str | Path, metric: str) -> None:
+        self.path, self.metric = Path(path), metric
+        self._names: set[str] = set()
+
+    @property
+    def location(self) -> str:
+        return str(self.path)
+
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    def names(self) -> list[str]:
+        return sorted(self._names)
+
+
 def read_from(path: Path, offset: int) -> bytes:
     """The bytes of ``path`` after ``offset`` (empty when there are none or it cannot be read:
     not written yet, or removed between listing and reading)."""

@@ -6,14 +6,14 @@ import logging
 import os
 from pathlib import Path
 
-from ._record import LogReader, ScoreRecord, read_from
+from ._record import PathReader, ScoreRecord, read_from
 from ._tfrecord import event_scalars, split_records
 
 log = logging.getLogger("evalstop.logs.tensorboard")
 EVENT_FILE_MARK = "tfevents"
 
 
-class TensorBoardReader(LogReader):
+class TensorBoardReader(PathReader):
     """Scalar ``tag`` from the event files in ``logdir`` (and its subdirectories when
     ``recursive``: the HF Trainer writes to ``output_dir/runs/<date>_<host>/``).
 
@@ -23,19 +23,12 @@ class TensorBoardReader(LogReader):
     """
 
     def __init__(self, logdir: str | Path, tag: str, *, recursive: bool = False) -> None:
-        self.logdir, self.metric, self.recursive = Path(logdir), tag, recursive
+        super().__init__(logdir, tag)
+        self.logdir, self.recursive = self.path, recursive
         self._offsets: dict[Path, int] = {}
-        self._names: set[str] = set()
-
-    @property
-    def location(self) -> str:
-        return str(self.logdir)
 
     def exists(self) -> bool:
         return self.logdir.is_dir()
-
-    def names(self) -> list[str]:
-        return sorted(self._names)
 
     def files(self) -> list[Path]:
         """The event files under ``logdir`` now, in reading order."""

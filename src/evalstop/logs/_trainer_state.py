@@ -16,33 +16,22 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ._record import LogReader, ScoreRecord
+from ._record import PathReader, ScoreRecord
 
 log = logging.getLogger("evalstop.logs.trainer_state")
 STATE_FILE = "trainer_state.json"
 
 
-class TrainerStateReader(LogReader):
+class TrainerStateReader(PathReader):
     """``metric`` as the Trainer logs it (``eval_loss``, ``eval_accuracy``; a bare ``accuracy``
     also matches ``eval_accuracy``). An eval at step N gets ``output_dir/checkpoint-N`` as its
     checkpoint when that directory exists."""
 
     def __init__(self, path: str | Path, metric: str) -> None:
-        self.path, self.metric = Path(path), metric
+        super().__init__(path, metric)
         self._keys = (metric,) if metric.startswith("eval_") else (metric, f"eval_{metric}")
         self._stamps: dict[Path, tuple[int, int]] = {}
         self._seen: set[tuple[int, float | str]] = set()
-        self._names: set[str] = set()
-
-    @property
-    def location(self) -> str:
-        return str(self.path)
-
-    def exists(self) -> bool:
-        return self.path.exists()
-
-    def names(self) -> list[str]:
-        return sorted(self._names)
 
     def read(self) -> list[ScoreRecord]:
         output_dir = self.path.parent if self.path.is_file() or self.path.name == STATE_FILE else self.path

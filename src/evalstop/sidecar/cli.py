@@ -21,7 +21,7 @@ from typing import Any
 
 from evalstop.detectors import DEFAULT_SPEC
 
-from .presets import LOGS, PRESETS, Preset, Settled, default_logdir
+from .presets import LOGS, PRESETS, Preset, Settled, default_logdir, default_step_key
 
 DEFAULT_RAY_ADDRESS = "http://127.0.0.1:8265"
 
@@ -38,8 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="higher or lower is better (default: the preset's, else the rule's)")
     what.add_argument("--log", choices=LOGS, help="the log format (default: the preset's, else tensorboard)")
     what.add_argument("--logdir", metavar="PATH", help="the log: TensorBoard dir (searched recursively), "
-                      "JSON-lines file, MLflow file store or run dir, trainer_state.json or output_dir")
-    what.add_argument("--step-key", default="step", help="jsonl: the step field (default: step)")
+                      "JSON-lines file, MLflow file store or run dir, trainer_state.json or output_dir, "
+                      "W&B run dir or .wandb file")
+    what.add_argument("--step-key", help="jsonl, wandb: the step field (default: step for jsonl; for "
+                      "wandb _step, train/global_step with --framework trl or hf)")
     what.add_argument("--values-key", help="jsonl: the object holding the metrics (veRL: data)")
     keep = parser.add_argument_group("best checkpoint")
     keep.add_argument("--checkpoint-dir", metavar="DIR",
@@ -131,9 +133,11 @@ def build(args: argparse.Namespace) -> tuple[Any, Any]:
         value = getattr(args, name)
         if not value > 0:
             raise BadOption(f"--{name.replace('_', '-')} must be a number > 0. Got {value!r} instead.")
-    logdir = args.logdir or default_logdir(preset, args.checkpoint_dir)
+    log = args.log or (preset.log if preset else "tensorboard")
+    logdir = args.logdir or default_logdir(preset, args.checkpoint_dir, log)
     if logdir is None:
-        hint = f" ({preset.name} writes it to {preset.log_hint})" if preset else ""
+        hint = (" (the run's directory, or the wandb/ directory of a fresh WANDB_DIR)" if log == "wandb"
+                else f" ({preset.name} writes it to {preset.log_hint})" if preset else "")
         raise BadOption(f"--logdir is required{hint}")
     try:
         mode = args.mode or (preset.mode if preset and not args.metric else None)
@@ -148,12 +152,11 @@ def build(args: argparse.Namespace) -> tuple[Any, Any]:
         raise BadOption(f"--checkpoints must contain '{{step}}' once, e.g. global_step_{{step}}. "
                         f"Got {pattern!r} instead.")
     ready = preset.ready() if preset else Settled(max(5.0, 2 * args.poll))
-    log = args.log or (preset.log if preset else "tensorboard")
     values_key = args.values_key or (preset.values_key if preset and log == "jsonl" else None)
     options = Options(metric=metric, detector=detector, log=log, logdir=Path(logdir).absolute(),
                       checkpoint_dir=Path(args.checkpoint_dir).absolute() if args.checkpoint_dir else None,
-                      checkpoints=pattern, ready=ready, step_key=args.step_key,
-                      values_key=values_key,
+                      checkpoints=pattern, ready=ready,
+                      step_key=args.step_key or default_step_key(preset, log), values_key=values_key,
                       poll_s=args.poll, grace_s=args.grace, log_timeout_s=args.log_timeout,
                       shadow=args.shadow, job_id=args.job_id)
     return options, lambda: _target(args, command)

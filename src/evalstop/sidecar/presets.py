@@ -57,6 +57,10 @@ class Settled:
         return now - previous[1] >= self.settle_s
 
 
+#: the HF Trainer's ``WandbCallback`` logs each row with this key (not ``step=``)
+TRAINER_WANDB_STEP = "train/global_step"
+
+
 @dataclass(frozen=True)
 class Preset:
     """``metric`` may be a glob (``val-core/*/acc/mean@*``): the run's one matching tag is used.
@@ -71,7 +75,7 @@ class Preset:
     checkpoints: str
     ready: Callable[[], Ready]
     checkpoint_hint: str
-    step_key: str = "step"
+    wandb_step_key: str = "_step"
     values_key: str | None = None
 
 
@@ -87,18 +91,30 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
            "<logger.log_dir>/exp_<N>/tensorboard", "step_{step}", lambda: exists,
            "checkpointing.checkpoint_dir"),
     Preset("trl", "eval/reward", "max", "tensorboard", "<output_dir>/runs/<date>_<host>",
-           "checkpoint-{step}", lambda: has_file("trainer_state.json"), "output_dir"),
+           "checkpoint-{step}", lambda: has_file("trainer_state.json"), "output_dir",
+           wandb_step_key=TRAINER_WANDB_STEP),
     Preset("hf", "eval/loss", "min", "tensorboard", "<output_dir>/runs/<date>_<host>",
-           "checkpoint-{step}", lambda: has_file("trainer_state.json"), "output_dir"),
+           "checkpoint-{step}", lambda: has_file("trainer_state.json"), "output_dir",
+           wandb_step_key=TRAINER_WANDB_STEP),
 )}
 
 #: readers the --log option names; the JSON-lines layout of veRL's ``file`` logger is the default.
-LOGS = ("tensorboard", "jsonl", "mlflow", "trainer_state")
+LOGS = ("tensorboard", "jsonl", "mlflow", "trainer_state", "wandb")
+#: the step field of each log that has one by name (a preset may name another for wandb)
+STEP_KEYS = {"jsonl": "step", "wandb": "_step"}
 
 
-def default_logdir(preset: Preset | None, checkpoint_dir: str | None) -> str | None:
+def default_step_key(preset: Preset | None, log: str) -> str:
+    if log == "wandb" and preset is not None:
+        return preset.wandb_step_key
+    return STEP_KEYS.get(log, "step")
+
+
+def default_logdir(preset: Preset | None, checkpoint_dir: str | None, log: str) -> str | None:
     """The HF Trainer writes its TensorBoard log under ``output_dir``: with ``--checkpoint-dir``
     given, that is where to look. Other frameworks' logs live elsewhere (no default)."""
+    if log == "wandb":
+        return None
     if preset is not None and preset.name in ("trl", "hf") and checkpoint_dir is not None:
         return os.fspath(checkpoint_dir)
     return None

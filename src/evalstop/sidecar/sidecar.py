@@ -25,6 +25,7 @@ from evalstop.logs import (
     ScoreRecord,
     TensorBoardReader,
     TrainerStateReader,
+    WandbReader,
 )
 
 from .keeper import BestKeeper, Ready
@@ -61,6 +62,8 @@ def make_reader(options: Options, metric: str) -> LogReader:
         return JsonlReader(options.logdir, metric, step_key=options.step_key, values_key=options.values_key)
     if options.log == "mlflow":
         return MlflowFileReader(options.logdir, metric)
+    if options.log == "wandb":
+        return WandbReader(options.logdir, metric, step_key=options.step_key)
     name = "eval_" + metric[5:] if metric.startswith("eval/") else metric  # the Trainer's own key
     return TrainerStateReader(options.logdir, name)
 
