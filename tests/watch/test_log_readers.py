@@ -78,3 +78,26 @@ def test_sidecar_reads_trainer_state_by_the_tensorboard_tag(tmp_path: Path,
     lines = capsys.readouterr().err.splitlines()
     steps = [x.split(" ")[3] for x in lines if x.startswith("evalstop watch: step ")]
     assert steps == ["10", "20"]
+
+
+def test_watch_reads_an_mlflow_run_from_its_database_and_stops_the_run(tmp_path: Path) -> None:
+    """MLflow 3 keeps runs in a database by default: the sidecar reads one through the client
+    (``--mlflow-run``), decides on its declining metric and stops the command (exit 3)."""
+    import subprocess
+
+    mlflow = pytest.importorskip("mlflow")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    mlflow.set_tracking_uri(uri)
+    with mlflow.start_run() as run:
+        for step, value in enumerate([0.5, 0.6, 0.7, 0.65, 0.6, 0.55, 0.5], start=1):
+            mlflow.log_metric("val/acc", value, step=step * 10)
+    argv = [sys.executable, "-m", "evalstop.cli", "watch", "--log", "mlflow", "--metric", "val/acc",
+            "--mlflow-run", run.info.run_id, "--mlflow-tracking-uri", uri, "--mode", "max",
+            "--detector", "evalstop:k=2", "--poll", "0.2", "--grace", "2",
+            "--", sys.executable, "-c", "import time; time.sleep(120)"]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert ": STOP (" in proc.stderr and "best step 30 " in proc.stderr
+    bad = subprocess.run([*argv[:4], "--log", "jsonl", "--metric", "m", "--mlflow-run", "x", "--",
+                          "true"], capture_output=True, text=True, timeout=120, check=False)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--mlflow-run" in bad.stderr

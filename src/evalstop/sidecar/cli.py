@@ -43,6 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--step-key", help="jsonl, wandb: the step field (default: step for jsonl; for "
                       "wandb _step, train/global_step with --framework trl or hf)")
     what.add_argument("--values-key", help="jsonl: the object holding the metrics (veRL: data)")
+    what.add_argument("--mlflow-run", metavar="RUN_ID", help="mlflow: read this run through its tracking "
+                      "server or database (--mlflow-tracking-uri) instead of a file store")
+    what.add_argument("--mlflow-tracking-uri", metavar="URI", help="with --mlflow-run: e.g. "
+                      "sqlite:///mlflow.db or http://host:5000 (default: $MLFLOW_TRACKING_URI)")
     keep = parser.add_argument_group("best checkpoint")
     keep.add_argument("--checkpoint-dir", metavar="DIR",
                       help="where the framework saves checkpoints; best/ goes here")
@@ -134,7 +138,15 @@ def build(args: argparse.Namespace) -> tuple[Any, Any]:
         if not value > 0:
             raise BadOption(f"--{name.replace('_', '-')} must be a number > 0. Got {value!r} instead.")
     log = args.log or (preset.log if preset else "tensorboard")
-    logdir = args.logdir or default_logdir(preset, args.checkpoint_dir, log)
+    mlflow_run = None
+    if args.mlflow_run or args.mlflow_tracking_uri:
+        uri = args.mlflow_tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+        if log != "mlflow" or not args.mlflow_run or not uri:
+            raise BadOption("an MLflow run is read with --log mlflow --mlflow-run RUN_ID "
+                            "--mlflow-tracking-uri URI (or $MLFLOW_TRACKING_URI). Got "
+                            f"--log {log}, --mlflow-run {args.mlflow_run!r}, tracking URI {uri!r}.")
+        mlflow_run = (uri, args.mlflow_run)
+    logdir = args.logdir or default_logdir(preset, args.checkpoint_dir, log) or ("." if mlflow_run else None)
     if logdir is None:
         hint = (" (the run's directory, or the wandb/ directory of a fresh WANDB_DIR)" if log == "wandb"
                 else f" ({preset.name} writes it to {preset.log_hint})" if preset else "")
@@ -158,7 +170,7 @@ def build(args: argparse.Namespace) -> tuple[Any, Any]:
                       checkpoints=pattern, ready=ready,
                       step_key=args.step_key or default_step_key(preset, log), values_key=values_key,
                       poll_s=args.poll, grace_s=args.grace, log_timeout_s=args.log_timeout,
-                      shadow=args.shadow, job_id=args.job_id)
+                      shadow=args.shadow, job_id=args.job_id, mlflow_run=mlflow_run)
     return options, lambda: _target(args, command)
 
 

@@ -21,6 +21,7 @@ from evalstop.detectors import Detector, Eval, Monitor, format_spec
 from evalstop.logs import (
     JsonlReader,
     LogReader,
+    MlflowClientReader,
     MlflowFileReader,
     ScoreRecord,
     TensorBoardReader,
@@ -53,6 +54,8 @@ class Options:
     shadow: bool = False
     job_id: str = "run"
     said: set[str] = field(default_factory=set)
+    #: an MLflow run read through its tracking server or database: (tracking URI, run id)
+    mlflow_run: tuple[str, str] | None = None
 
 
 def make_reader(options: Options, metric: str) -> LogReader:
@@ -60,6 +63,8 @@ def make_reader(options: Options, metric: str) -> LogReader:
         return TensorBoardReader(options.logdir, metric, recursive=True)
     if options.log == "jsonl":
         return JsonlReader(options.logdir, metric, step_key=options.step_key, values_key=options.values_key)
+    if options.log == "mlflow" and options.mlflow_run is not None:
+        return MlflowClientReader(*options.mlflow_run, metric)
     if options.log == "mlflow":
         return MlflowFileReader(options.logdir, metric)
     if options.log == "wandb":
@@ -111,7 +116,8 @@ class Sidecar:
         best = (f"best/ in {self.o.checkpoint_dir} ({self.o.checkpoints})" if self.keeper else
                 "no best/ (no --checkpoint-dir)")
         mode = "shadow (report only)" if self.o.shadow else f"stop with grace {self.o.grace_s:g} s"
-        return (f"watching {self.target.description}: {self.o.metric} in {self.o.log} log {self.o.logdir}; "
+        where = self.reader.location
+        return (f"watching {self.target.description}: {self.o.metric} in {self.o.log} log {where}; "
                 f"rule {format_spec(self.monitor.detector)}; {mode}; {best}")
 
     def tick(self) -> None:
