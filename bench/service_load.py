@@ -375,7 +375,7 @@ def _by_second(latencies: list[float], rate: float) -> list[float]:
     step, out = max(1, int(rate)), []
     for k in range(0, len(latencies), step):
         ms = sorted(x * 1000 for x in latencies[k:k + step])
-        out.append(round(ms[int(0.99 * (len(ms) - 1))], 1))
+        out.append(round(ms[int(0.99 * (len(ms) - 1))], 2))
     return out
 
 

@@ -24,7 +24,7 @@ DETECTOR = "evalstop:k=2"
 
 def wrap(out: Path, config: str, max_steps: int) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "evalstop.cli", "watch", "--framework", "trl", "--checkpoint-dir", str(out),
-            "--metric", METRIC, "--detector", DETECTOR, "--grace", "60", "--",
+            "--metric", METRIC, "--detector", DETECTOR, "--grace", "60", "--poll", "0.25", "--",
             sys.executable, str(HERE / "trl_grpo_train.py"), "--output_dir", str(out), "--config", config,
             "--max_steps", str(max_steps)]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
+import time
 from pathlib import Path
 
 from transformers import TrainerCallback
@@ -21,6 +22,9 @@ from trl import GRPOConfig, GRPOTrainer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 from trl_grpo_evalstop import COMPLETION_LEN, tiny_grpo_setup
+
+#: seconds each training step is padded to last at least this much longer (see PaceSteps)
+STEP_PACE_S = 0.25
 
 
 class CopyEachSave(TrainerCallback):
@@ -31,6 +35,15 @@ class CopyEachSave(TrainerCallback):
         src = Path(args.output_dir) / f"checkpoint-{state.global_step}" / "model.safetensors"
         (self.out / f"step-{state.global_step}").mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, self.out / f"step-{state.global_step}" / "model.safetensors")
+
+
+class PaceSteps(TrainerCallback):
+    """A real RL step takes seconds or more; this tiny one takes a fraction of a second, so with
+    ``save_total_limit=2`` a checkpoint could be rotated away within one poll of the watcher.
+    Pacing each step keeps a checkpoint's life (two save intervals) well above the poll."""
+
+    def on_step_end(self, args, state, control, **kwargs):  # type: ignore[no-untyped-def]
+        time.sleep(STEP_PACE_S)
 
 
 def main() -> None:
@@ -52,7 +65,7 @@ def main() -> None:
     trainer = GRPOTrainer(model=setup.model, reward_funcs=[setup.proxy, setup.gold], args=config,
                           train_dataset=setup.train, eval_dataset=setup.evals,
                           processing_class=setup.tokenizer,
-                          callbacks=[CopyEachSave(Path(opts.output_dir + ".saved"))])
+                          callbacks=[CopyEachSave(Path(opts.output_dir + ".saved")), PaceSteps()])
     trainer.train()
     print(f"trained to step {trainer.state.global_step}")
 

@@ -149,7 +149,7 @@ class WandbReader(PathReader):
                 pb2 = importlib.import_module("wandb.proto.wandb_internal_pb2")
             except ImportError as exc:
                 raise ImportError("reading W&B run files needs wandb: "
-                                  "pip install 'evalstop[watch-wandb]'") from exc
+                                  "pip install -e '.[watch-wandb]'") from exc
             self._record = pb2.Record
         return self._record
 
