@@ -78,7 +78,8 @@ def test_reproduce_rejects_one_seed(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as refused:  # argparse refuses it, naming the command and option
         main(["reproduce", "--seeds", "1"])
     assert refused.value.code == 2
-    assert "evalstop reproduce: error: argument --seeds: must be an int from 2 to 1000" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "evalstop reproduce: error: argument --seeds: must be an int from 2 to 1000" in err
 
 
 def test_common_random_numbers_every_policy_sees_the_same_jobs() -> None:
